@@ -1,0 +1,130 @@
+"""What a study case is, the grid of cases the reports cover, and the shared experiment."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Literal
+
+Implementation = Literal["torch", "samplers", "none"]
+
+#: ``torch``: the stock sampler; ``samplers``: ours; ``none``: no sampler at all, so every
+#: rank's DataLoader iterates the whole dataset (shuffled by its own seeded generator).
+IMPLEMENTATIONS: tuple[Implementation, ...] = ("torch", "samplers", "none")
+
+#: The columns that identify a case in every table (``epochs`` is how long it runs).
+CASE_COLUMNS = (
+    "implementation",
+    "dataset_size",
+    "world_size",
+    "batch_size",
+    "shuffle",
+    "seed",
+    "drop_last",
+    "loader_drop_last",
+    "set_epoch",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration, as a user would write it in a training script.
+
+    ``drop_last`` is the sampler's flag and ``loader_drop_last`` the DataLoader's; they
+    drop different things (the tail of the epoch order vs. each rank's last short batch).
+    """
+
+    dataset_size: int
+    world_size: int
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+    loader_drop_last: bool = False
+    set_epoch: bool = True
+    epochs: int = 2
+    implementation: Implementation = "torch"
+
+    def __post_init__(self) -> None:
+        for name in ("dataset_size", "seed"):
+            _require_int(name, getattr(self, name), minimum=0)
+        for name in ("world_size", "batch_size", "epochs"):
+            _require_int(name, getattr(self, name), minimum=1)
+        for name in ("shuffle", "drop_last", "loader_drop_last", "set_epoch"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
+                f"got {self.implementation!r}"
+            )
+
+    def key(self) -> dict[str, object]:
+        """The case's identifying columns, in table order."""
+        values = asdict(self)
+        return {name: values[name] for name in CASE_COLUMNS}
+
+    def using(self, implementation: Implementation) -> Case:
+        """The same configuration run by another implementation."""
+        return replace(self, implementation=implementation)
+
+
+def _require_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
+CASE_FIELDS = tuple(field.name for field in fields(Case))
+
+
+def grid() -> list[Case]:
+    """The declared grid the reports cover, for both the stock sampler and ours.
+
+    Dataset sizes straddle multiples of the world sizes (tiny, odd, exact); batch sizes
+    include one that leaves a last batch of one sample.
+    """
+    cases = []
+    for size, world, batch, shuffle, drop_last, loader_drop_last, set_epoch in itertools.product(
+        (1, 3, 5, 6, 8, 10, 16, 17, 33),
+        (1, 2, 3, 4, 8),
+        (1, 4),
+        (True, False),
+        (False, True),
+        (False, True),
+        (True, False),
+    ):
+        if not shuffle and not set_epoch:
+            continue  # set_epoch only matters when shuffling
+        for implementation in ("torch", "samplers"):
+            cases.append(
+                Case(
+                    size,
+                    world,
+                    batch,
+                    shuffle=shuffle,
+                    drop_last=drop_last,
+                    loader_drop_last=loader_drop_last,
+                    set_epoch=set_epoch,
+                    implementation=implementation,
+                )
+            )
+    return cases
+
+
+#: The experiment users keep re-running: 2 ranks, batch size 4, shuffle on, seed 0, two
+#: epochs. Each entry is (label, case).
+EXPERIMENT: tuple[tuple[str, Case], ...] = (
+    ("1: 8 samples, no DistributedSampler", Case(8, 2, 4, implementation="none")),
+    (
+        "2: 8 samples, sampler, DataLoader drop_last, no set_epoch",
+        Case(8, 2, 4, loader_drop_last=True, set_epoch=False),
+    ),
+    ("3: as 2, with set_epoch", Case(8, 2, 4, loader_drop_last=True, set_epoch=True)),
+    ("4a: 6 samples, DataLoader drop_last=False", Case(6, 2, 4, loader_drop_last=False)),
+    ("4b: 6 samples, DataLoader drop_last=True", Case(6, 2, 4, loader_drop_last=True)),
+    ("5: 5 samples (padding)", Case(5, 2, 4)),
+    ("6: 10 samples, DataLoader drop_last=False", Case(10, 2, 4, loader_drop_last=False)),
+    ("7: 10 samples, DataLoader drop_last=True", Case(10, 2, 4, loader_drop_last=True)),
+)

@@ -1,0 +1,122 @@
+"""Run cases in-process: one DataLoader per rank, built exactly as a user builds it.
+
+Each rank gets its own sampler with explicit ``num_replicas``/``rank`` and its own
+``torch.utils.data.DataLoader`` over an index dataset, so what is recorded is what the
+DataLoader hands the training loop, batch by batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
+
+from samplers import DistributedSampler
+from studies.cases import CASE_COLUMNS, Case
+
+#: The tidy table's columns: one row per (case, epoch, rank, batch).
+COLUMNS = (*CASE_COLUMNS, "epoch", "rank", "batch", "indices")
+
+
+class IndexDataset(Dataset[int]):
+    """A dataset whose sample ``i`` is the integer ``i``, so batches show indices."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self.size} samples")
+        return index
+
+
+def make_sampler(case: Case, dataset: Dataset[int], rank: int) -> Sampler[int] | None:
+    """The sampler the case's implementation builds for ``rank`` (None: no sampler)."""
+    if case.implementation == "none":
+        return None
+    sampler_class = (
+        StockDistributedSampler if case.implementation == "torch" else DistributedSampler
+    )
+    with warnings.catch_warnings():
+        # Ours warns when drop_last empties every rank; the study records that instead.
+        warnings.simplefilter("ignore", UserWarning)
+        return sampler_class(
+            dataset,
+            num_replicas=case.world_size,
+            rank=rank,
+            shuffle=case.shuffle,
+            seed=case.seed,
+            drop_last=case.drop_last,
+        )
+
+
+def make_loader(
+    case: Case, dataset: Dataset[int], sampler: Sampler[int] | None, **loader_options: Any
+) -> DataLoader[int]:
+    """The DataLoader a user writes for the case (``loader_options``: workers etc.)."""
+    if sampler is None:
+        # No sampler: each rank shuffles the whole dataset with the same seed, as ranks
+        # do when every process calls torch.manual_seed(seed) at start-up.
+        generator = torch.Generator()
+        generator.manual_seed(case.seed)
+        return DataLoader(
+            dataset,
+            batch_size=case.batch_size,
+            shuffle=case.shuffle,
+            drop_last=case.loader_drop_last,
+            generator=generator,
+            **loader_options,
+        )
+    return DataLoader(
+        dataset,
+        batch_size=case.batch_size,
+        sampler=sampler,
+        drop_last=case.loader_drop_last,
+        **loader_options,
+    )
+
+
+def rank_batches(case: Case, rank: int, **loader_options: Any) -> Iterator[tuple[int, int, list[int]]]:
+    """(epoch, batch number, indices) for every batch ``rank`` receives in the case."""
+    dataset = IndexDataset(case.dataset_size)
+    sampler = make_sampler(case, dataset, rank)
+    loader = make_loader(case, dataset, sampler, **loader_options)
+    for epoch in range(case.epochs):
+        if case.set_epoch and isinstance(sampler, StockDistributedSampler):
+            sampler.set_epoch(epoch)
+        for number, batch in enumerate(loader):
+            yield epoch, number, batch.tolist()
+
+
+def case_rows(case: Case, **loader_options: Any) -> list[dict[str, Any]]:
+    """The tidy rows of one case, ranks in order."""
+    key = case.key()
+    rows = [
+        {**key, "epoch": epoch, "rank": rank, "batch": number, "indices": indices}
+        for rank in range(case.world_size)
+        for epoch, number, indices in rank_batches(case, rank, **loader_options)
+    ]
+    return sorted(rows, key=lambda row: (row["epoch"], row["rank"], row["batch"]))
+
+
+def simulate(cases: Iterable[Case], progress: Any = None) -> pd.DataFrame:
+    """The tidy table of every case: one row per (case, epoch, rank, batch).
+
+    ``progress`` wraps the case iterable (e.g. ``tqdm``) when given.
+    """
+    cases = list(cases)
+    rows = [row for case in (progress(cases) if progress else cases) for row in case_rows(case)]
+    return frame(rows)
+
+
+def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a DataFrame with exactly the tidy columns, in order, even when empty."""
+    return pd.DataFrame(rows, columns=list(COLUMNS))
