@@ -21,9 +21,7 @@ def as_int(name: str, value: Any, *, error: type[TypeError] = TypeError) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise error(
-            f"{name} must be an integer, got {type(value).__name__} {value!r}"
-        ) from None
+        raise error(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
 def as_flag(name: str, value: Any) -> bool:

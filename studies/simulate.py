@@ -84,7 +84,9 @@ def make_loader(
     )
 
 
-def rank_batches(case: Case, rank: int, **loader_options: Any) -> Iterator[tuple[int, int, list[int]]]:
+def rank_batches(
+    case: Case, rank: int, **loader_options: Any
+) -> Iterator[tuple[int, int, list[int]]]:
     """(epoch, batch number, indices) for every batch ``rank`` receives in the case."""
     dataset = IndexDataset(case.dataset_size)
     sampler = make_sampler(case, dataset, rank)
