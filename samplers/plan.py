@@ -83,9 +83,17 @@ def epoch_order(dataset_size: int, *, shuffle: bool, seed: int, epoch: int) -> t
     return torch.randperm(dataset_size, generator=generator)
 
 
-def rank_positions(total_size: int, world_size: int, rank: int) -> torch.Tensor:
-    """Positions of the padded/trimmed epoch order that ``rank`` receives, in order."""
-    return torch.arange(min(rank, total_size), total_size, world_size, dtype=torch.int64)
+def rank_positions(
+    total_size: int, world_size: int, rank: int, start: int = 0, stop: int | None = None
+) -> torch.Tensor:
+    """Positions of the padded/trimmed order that ``rank`` receives, in order.
+
+    Rank ``rank`` receives positions ``rank, rank + W, ...`` below ``total_size``;
+    ``start``/``stop`` (non-negative) select ``[start:stop]`` of that sequence.
+    """
+    last = total_size if stop is None else min(total_size, rank + stop * world_size)
+    first = min(rank + start * world_size, last)
+    return torch.arange(first, max(first, last), world_size, dtype=torch.int64)
 
 
 def interleave(shares: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -147,10 +155,15 @@ class EpochPlan:
         """The whole padded/trimmed order, ``total_size`` long: what all ranks share out."""
         return self.indices_at(torch.arange(self.sizes.total_size, dtype=torch.int64))
 
-    def rank_indices(self, rank: int) -> torch.Tensor:
-        """The dataset indices ``rank`` receives this epoch, in the order it receives them."""
+    def rank_indices(self, rank: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """The dataset indices ``rank`` receives this epoch, in the order it receives them.
+
+        ``start``/``stop`` select ``share[start:stop]`` without building the rest.
+        """
         sizes = self.sizes
-        return self.indices_at(rank_positions(sizes.total_size, sizes.world_size, rank))
+        return self.indices_at(
+            rank_positions(sizes.total_size, sizes.world_size, rank, start, stop)
+        )
 
     def owner(self, positions: torch.Tensor) -> torch.Tensor:
         """The rank that receives each position of the padded/trimmed order."""

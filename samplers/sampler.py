@@ -6,7 +6,6 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
@@ -124,8 +123,7 @@ class DistributedSampler(_StockDistributedSampler[int]):
     def __iter__(self) -> Iterator[int]:
         # The plan is drawn now, as the stock sampler draws it when iter() is called;
         # only the conversion to Python ints is deferred.
-        share = self.plan().rank_indices(self.rank)
-        return _python_ints(share)
+        return _python_ints(self.plan(), self.rank)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -188,7 +186,11 @@ def _from_process_group(name: str, read: Any) -> int:
     return int(read())
 
 
-def _python_ints(share: torch.Tensor) -> Iterator[int]:
-    """Yield the share's indices as Python ints, converting one chunk at a time."""
-    for start in range(0, share.numel(), _CHUNK):
-        yield from share[start : start + _CHUNK].tolist()
+def _python_ints(plan: EpochPlan, rank: int) -> Iterator[int]:
+    """Yield the rank's share as Python ints, planning and converting a chunk at a time.
+
+    Only the epoch order (when shuffling) is held whole, as an int64 tensor; the share
+    itself is never built, so an unshuffled sampler over any size runs in constant memory.
+    """
+    for start in range(0, plan.sizes.num_samples, _CHUNK):
+        yield from plan.rank_indices(rank, start, start + _CHUNK).tolist()

@@ -1,0 +1,78 @@
+"""The planning layer: sizes, positions, slices and their inverse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import dataset_sizes, seeds
+
+from samplers.plan import EpochPlan, ShardSizes, interleave, rank_positions
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> EpochPlan:
+    sizes = ShardSizes.of(draw(dataset_sizes(2_000)), draw(st.integers(1, 64)), draw(st.booleans()))
+    return EpochPlan(sizes, draw(st.booleans()), draw(seeds), draw(st.integers(0, 1000)))
+
+
+@given(dataset_sizes(), st.integers(1, 64), st.booleans())
+def test_sizes(size: int, world: int, drop_last: bool) -> None:
+    sizes = ShardSizes.of(size, world, drop_last)
+    assert sizes.total_size == sizes.num_samples * world
+    assert sizes.total_size % world == 0
+    if drop_last:
+        assert sizes.padding == 0 and 0 <= sizes.dropped < world
+        assert sizes.total_size == size - sizes.dropped
+    else:
+        assert sizes.dropped == 0 and 0 <= sizes.padding < world
+        assert sizes.total_size == size + sizes.padding
+
+
+@given(plans())
+def test_rank_shares_interleave_back_into_the_global_order(plan: EpochPlan) -> None:
+    world = plan.sizes.world_size
+    shares = [plan.rank_indices(rank) for rank in range(world)]
+    assert torch.equal(interleave(shares), plan.global_indices())
+
+
+@given(plans())
+def test_global_order_is_the_epoch_order_padded_from_its_head(plan: EpochPlan) -> None:
+    n, total = plan.sizes.dataset_size, plan.sizes.total_size
+    order = plan.order.tolist()
+    expected = [order[p % n] for p in range(total)] if n else []
+    assert plan.global_indices().tolist() == expected
+
+
+@given(plans(), st.data())
+def test_share_slices(plan: EpochPlan, data: st.DataObject) -> None:
+    rank = data.draw(st.integers(0, plan.sizes.world_size - 1))
+    start = data.draw(st.integers(0, plan.sizes.num_samples + 2))
+    stop = data.draw(st.none() | st.integers(0, plan.sizes.num_samples + 2))
+    whole = plan.rank_indices(rank).tolist()
+    assert plan.rank_indices(rank, start, stop).tolist() == whole[start:stop]
+
+
+@given(plans())
+def test_positions_owner_and_padding_flags(plan: EpochPlan) -> None:
+    sizes = plan.sizes
+    for rank in range(sizes.world_size):
+        positions = rank_positions(sizes.total_size, sizes.world_size, rank)
+        assert len(positions) == sizes.num_samples
+        assert bool((plan.owner(positions) == rank).all())
+    every = torch.arange(sizes.total_size)
+    assert int(plan.is_padding(every).sum()) == sizes.padding
+
+
+def test_unshuffled_plan_never_draws_the_order() -> None:
+    plan = EpochPlan(ShardSizes.of(10**15, 4, False), shuffle=False, seed=0, epoch=0)
+    assert plan.rank_indices(1, 0, 3).tolist() == [1, 5, 9]
+    assert "order" not in plan.__dict__
+
+
+def test_interleave_rejects_ragged_or_missing_shares() -> None:
+    with pytest.raises(ValueError, match="same length, got \\[1, 2\\]"):
+        interleave([torch.tensor([1]), torch.tensor([1, 2])])
+    with pytest.raises(ValueError, match="one tensor per rank, got none"):
+        interleave([])
