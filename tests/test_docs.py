@@ -1,0 +1,47 @@
+"""The examples in the docs run and say what the code does."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import doctest
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import samplers.plan
+import samplers.sampler
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize("module", [samplers.plan, samplers.sampler], ids=lambda m: m.__name__)
+def test_docstring_examples(module) -> None:
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_readme_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    assert blocks, "README.md has no python example"
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(compile(blocks[0], str(README), "exec"), {})
+    # Rank 3 of 4 over 10 samples: 3 samples each epoch, one of them padding.
+    epochs = [line.split(" ", 1) for line in output.getvalue().splitlines()]
+    assert [epoch for epoch, _ in epochs] == ["0", "1"]
+    for _, batches in epochs:
+        received = [index for batch in ast.literal_eval(batches) for index in batch]
+        assert len(received) == 3 and set(received) <= set(range(10))
+
+
+def test_readme_commands_are_the_ones_ci_runs() -> None:
+    text = README.read_text()
+    start, end = "<!-- test-command:start -->", "<!-- test-command:end -->"
+    assert text.count(start) == text.count(end) == 1
+    command = text.split(start)[1].split(end)[0]
+    assert "pytest" in command and "ruff check" in command
+    assert "-c constraints.txt" in command
