@@ -112,7 +112,6 @@ class DistributedSampler(_StockDistributedSampler[int]):
         """The current epoch's plan, read from the attributes as they are now."""
         dataset_size = checks.dataset_size(self.dataset)
         num_replicas = checks.world_size(self.num_replicas)
-        checks.rank(self.rank, num_replicas)
         return EpochPlan(
             self._checked_sizes(dataset_size, num_replicas),
             shuffle=checks.as_flag("shuffle", self.shuffle),
@@ -123,7 +122,8 @@ class DistributedSampler(_StockDistributedSampler[int]):
     def __iter__(self) -> Iterator[int]:
         # The plan is drawn now, as the stock sampler draws it when iter() is called;
         # only the conversion to Python ints is deferred.
-        return _python_ints(self.plan(), self.rank)
+        plan = self.plan()
+        return _python_ints(plan, checks.rank(self.rank, plan.sizes.world_size))
 
     def __len__(self) -> int:
         return self.num_samples
@@ -161,7 +161,8 @@ class DistributedSampler(_StockDistributedSampler[int]):
             fits = 0 <= total_size <= dataset_size
         else:
             fits = total_size >= dataset_size and (dataset_size > 0 or total_size == 0)
-        if not fits or len(range(self.rank, total_size, num_replicas)) != num_samples:
+        rank = checks.rank(self.rank, num_replicas)
+        if not fits or len(range(rank, total_size, num_replicas)) != num_samples:
             raise AssertionError(
                 f"num_samples={num_samples} and total_size={total_size} do not fit "
                 f"{dataset_size} samples over num_replicas={num_replicas} with "
