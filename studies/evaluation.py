@@ -24,6 +24,7 @@ import torch
 
 from samplers.plan import interleave
 
+#: The aggregation patterns, in the order :func:`estimates` reports them.
 PATTERNS = ("mean_of_rank_means", "pooled_counts", "gathered")
 
 
@@ -56,3 +57,17 @@ def pooled_counts(results: Sequence[torch.Tensor]) -> float:
 def gathered(results: Sequence[torch.Tensor], dataset_size: int) -> float:
     """Per-sample results interleaved in rank order and truncated: exact with padding."""
     return interleave(results)[:dataset_size].double().mean().item()
+
+
+def rank_results(shares: Sequence[Sequence[int] | torch.Tensor]) -> list[torch.Tensor]:
+    """Each rank's per-sample results (:func:`is_correct`) for the indices it received."""
+    return [is_correct(torch.as_tensor(share, dtype=torch.int64)) for share in shares]
+
+
+def estimates(results: Sequence[torch.Tensor], dataset_size: int) -> dict[str, float]:
+    """The accuracy each pattern in :data:`PATTERNS` reports for the same per-rank results."""
+    return {
+        "mean_of_rank_means": mean_of_rank_means(results),
+        "pooled_counts": pooled_counts(results),
+        "gathered": gathered(results, dataset_size),
+    }

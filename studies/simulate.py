@@ -8,7 +8,7 @@ DataLoader hands the training loop, batch by batch.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -38,8 +38,15 @@ class IndexDataset(Dataset[int]):
         return index
 
 
-def make_sampler(case: Case, dataset: Dataset[int], rank: int) -> Sampler[int] | None:
-    """The sampler the case's implementation builds for ``rank`` (None: no sampler)."""
+def make_sampler(
+    case: Case, dataset: Dataset[int], rank: int, *, from_process_group: bool = False
+) -> Sampler[int] | None:
+    """The sampler the case's implementation builds for ``rank`` (None: no sampler).
+
+    With ``from_process_group`` the sampler is built as ``DistributedSampler(dataset,
+    ...)`` without ``num_replicas``/``rank``, so it reads them from the initialised
+    default process group (real processes); both must then equal the case's.
+    """
     if case.implementation == "none":
         return None
     sampler_class = (
@@ -48,14 +55,20 @@ def make_sampler(case: Case, dataset: Dataset[int], rank: int) -> Sampler[int] |
     with warnings.catch_warnings():
         # Ours warns when drop_last empties every rank; the study records that instead.
         warnings.simplefilter("ignore", UserWarning)
-        return sampler_class(
+        sampler = sampler_class(
             dataset,
-            num_replicas=case.world_size,
-            rank=rank,
+            num_replicas=None if from_process_group else case.world_size,
+            rank=None if from_process_group else rank,
             shuffle=case.shuffle,
             seed=case.seed,
             drop_last=case.drop_last,
         )
+    if from_process_group and (sampler.num_replicas, sampler.rank) != (case.world_size, rank):
+        raise ValueError(
+            f"the process group gives num_replicas={sampler.num_replicas}, "
+            f"rank={sampler.rank}, but the case needs world_size={case.world_size}, rank={rank}"
+        )
+    return sampler
 
 
 def make_loader(
@@ -85,11 +98,15 @@ def make_loader(
 
 
 def rank_batches(
-    case: Case, rank: int, **loader_options: Any
+    case: Case, rank: int, *, from_process_group: bool = False, **loader_options: Any
 ) -> Iterator[tuple[int, int, list[int]]]:
-    """(epoch, batch number, indices) for every batch ``rank`` receives in the case."""
+    """(epoch, batch number, indices) for every batch ``rank`` receives in the case.
+
+    ``from_process_group``: the sampler reads its placement from the process group
+    (see :func:`make_sampler`).
+    """
     dataset = IndexDataset(case.dataset_size)
-    sampler = make_sampler(case, dataset, rank)
+    sampler = make_sampler(case, dataset, rank, from_process_group=from_process_group)
     loader = make_loader(case, dataset, sampler, **loader_options)
     for epoch in range(case.epochs):
         if case.set_epoch and isinstance(sampler, StockDistributedSampler):
@@ -100,11 +117,24 @@ def rank_batches(
 
 def case_rows(case: Case, **loader_options: Any) -> list[dict[str, Any]]:
     """The tidy rows of one case, ranks in order."""
+    return tidy_rows(
+        case, [rank_batches(case, rank, **loader_options) for rank in range(case.world_size)]
+    )
+
+
+def tidy_rows(
+    case: Case, batches: Sequence[Iterable[tuple[int, int, list[int]]]]
+) -> list[dict[str, Any]]:
+    """The tidy rows of one case from ``batches[rank]``, each rank's (epoch, batch, indices).
+
+    Shared by the simulation and the real-process run, so both tables are assembled and
+    ordered (epoch, rank, batch) the same way and can only differ in what ranks received.
+    """
     key = case.key()
     rows = [
         {**key, "epoch": epoch, "rank": rank, "batch": number, "indices": indices}
-        for rank in range(case.world_size)
-        for epoch, number, indices in rank_batches(case, rank, **loader_options)
+        for rank, received in enumerate(batches)
+        for epoch, number, indices in received
     ]
     return sorted(rows, key=lambda row: (row["epoch"], row["rank"], row["batch"]))
 

@@ -1,0 +1,175 @@
+"""Pictures for the reports, rendered to byte-identical PNGs.
+
+Guarantee: :func:`render_png` gives the same bytes for the same drawing on every run:
+the Agg canvas is used directly (no pyplot state, no GUI backend), the style is
+matplotlib's built-in default plus :data:`STYLE` (a user's matplotlibrc is ignored),
+the size and dpi are fixed, and the PNG carries no software or date metadata.
+
+The drawing helpers take plain lists computed by the findings and draw nothing else.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+
+import matplotlib
+import matplotlib.style
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+__all__ = ["DPI", "STYLE", "draw_layout", "draw_lines", "render_png"]
+
+#: Dots per inch of every picture.
+DPI = 100
+
+#: Settings on top of matplotlib's defaults.
+STYLE: dict[str, object] = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "figure.facecolor": "white",
+}
+
+_PLAIN = "#cfe3f3"
+_PADDING = "#f4a261"
+_MARKERS = ("o", "s", "^", "D", "v")
+_LINES = ("-", "--", "-.", ":")
+_STEPS = ("#264653", "#2a9d8f", "#8ab17d", "#e9c46a", "#f4a261", "#e76f51", "#9c6644", "#6d597a")
+
+
+def render_png(draw: Callable[[Figure], None], size: tuple[float, float]) -> bytes:
+    """The PNG bytes of a ``size``-inch figure that ``draw`` fills."""
+    width, height = size
+    if not (width > 0 and height > 0):
+        raise ValueError(f"size must be two positive numbers of inches, got {size!r}")
+    with matplotlib.style.context("default"), matplotlib.rc_context(STYLE):
+        figure = Figure(figsize=size, dpi=DPI, layout="constrained")
+        FigureCanvasAgg(figure)
+        draw(figure)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def draw_layout(
+    figure: Figure,
+    order: Sequence[int],
+    world_size: int,
+    *,
+    padding: Sequence[bool],
+    steps: Sequence[int] | None = None,
+    title: str = "",
+) -> None:
+    """Rank-by-slot grid of a padded epoch order: who receives which sample, and where.
+
+    ``order[p]`` is the dataset index at position ``p`` of the padded/trimmed epoch order,
+    which rank ``p % world_size`` receives as its ``p // world_size``-th sample; the grid
+    shows it in row ``p % world_size``, column ``p // world_size``, labelled with the
+    index and, small, the position. ``padding[p]`` marks repeated samples (hatched).
+    Cells are coloured by ``steps[p]`` (the training step that consumes the position)
+    when given, else plain, with padding in a second colour.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if len(padding) != len(order) or (steps is not None and len(steps) != len(order)):
+        raise ValueError(
+            f"padding and steps must have one entry per position ({len(order)}), got "
+            f"{len(padding)} and {None if steps is None else len(steps)}"
+        )
+    slots = max(-(-len(order) // world_size), 1)
+    axes = figure.add_subplot()
+    if steps is None:
+        codes = [[float("nan")] * slots for _ in range(world_size)]
+        for position, padded in enumerate(padding):
+            codes[position % world_size][position // world_size] = 1.0 if padded else 0.0
+        colours = ListedColormap([_PLAIN, _PADDING])
+        norm = BoundaryNorm([-0.5, 0.5, 1.5], colours.N)
+    else:
+        codes = [[float("nan")] * slots for _ in range(world_size)]
+        for position, step in enumerate(steps):
+            codes[position % world_size][position // world_size] = float(step)
+        count = max(steps, default=0) + 1
+        colours = ListedColormap([_STEPS[step % len(_STEPS)] for step in range(count)])
+        norm = BoundaryNorm([step - 0.5 for step in range(count + 1)], colours.N)
+        for step in range(count):
+            axes.bar(0, 0, color=_STEPS[step % len(_STEPS)], label=f"step {step + 1}")
+        axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    axes.imshow(codes, cmap=colours, norm=norm, aspect="auto")
+    text_colour = "black" if steps is None else "white"
+    for position, index in enumerate(order):
+        rank, slot = position % world_size, position // world_size
+        axes.text(
+            slot,
+            rank,
+            str(index),
+            ha="center",
+            va="center",
+            fontsize=11,
+            color=text_colour,
+            fontweight="bold",
+        )
+        axes.text(
+            slot + 0.45,
+            rank + 0.42,
+            f"p{position}",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color=text_colour,
+        )
+        if padding[position]:
+            axes.add_patch(
+                Rectangle((slot - 0.5, rank - 0.5), 1, 1, fill=False, hatch="//", linewidth=0)
+            )
+    axes.set_xticks(range(slots), [str(slot) for slot in range(slots)])
+    axes.set_yticks(range(world_size), [str(rank) for rank in range(world_size)])
+    axes.set_xticks([slot - 0.5 for slot in range(1, slots)], minor=True)
+    axes.set_yticks([rank - 0.5 for rank in range(1, world_size)], minor=True)
+    axes.grid(which="minor", color="white", linewidth=2)
+    axes.tick_params(which="minor", length=0)
+    axes.set_xlabel("sample number in the rank's share (p: position in the epoch order)")
+    axes.set_ylabel("rank")
+    if title:
+        axes.set_title(title)
+
+
+def draw_lines(
+    figure: Figure,
+    x: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    xticks: Sequence[float] | None = None,
+) -> None:
+    """One line with markers per series over the shared ``x`` values."""
+    axes = figure.add_subplot()
+    for number, (label, values) in enumerate(series.items()):
+        if len(values) != len(x):
+            raise ValueError(f"series {label!r} must have {len(x)} values, got {len(values)}")
+        axes.plot(
+            x,
+            values,
+            marker=_MARKERS[number % len(_MARKERS)],
+            linestyle=_LINES[number % len(_LINES)],
+            label=label,
+        )
+    if logx:
+        axes.set_xscale("log")
+    if logy:
+        axes.set_yscale("log")
+    if xticks is not None:
+        axes.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
+        axes.minorticks_off()
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
+    axes.legend(frameon=False)
+    if title:
+        axes.set_title(title)

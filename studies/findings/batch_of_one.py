@@ -1,0 +1,117 @@
+"""Finding 4: a last batch of one sample, and what it does to BatchNorm in train mode."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pandas as pd
+import torch
+
+from studies.cases import Case
+from studies.findings import Finding, Table
+from studies.findings.observe import batches, joined, listed, sampler_share
+
+NAME = "batch-of-one"
+TITLE = "A last batch of one sample breaks BatchNorm in train mode"
+CLAIM = (
+    "With 10 samples on 2 ranks and batch size 4, each rank's share of 5 ends in a batch of "
+    "one sample; torch.nn.BatchNorm1d in train mode raises on it, so training crashes at the "
+    "end of the first epoch unless the DataLoader's drop_last is set."
+)
+GUARDED_BY = "tests/test_findings.py::test_last_batch_of_one_breaks_batchnorm"
+
+#: The configuration measured, without and with the DataLoader's drop_last.
+CASES: tuple[Case, ...] = (Case(10, 2, 4), Case(10, 2, 4, loader_drop_last=True))
+
+#: Features per sample fed to the BatchNorm1d layer.
+FEATURES = 3
+
+
+def batchnorm_outcome(batch: list[int], *, train: bool) -> str:
+    """Run a fresh ``BatchNorm1d(FEATURES)`` on the batch; ``"ok"`` or the error raised."""
+    layer = torch.nn.BatchNorm1d(FEATURES)
+    layer.train(train)
+    features = torch.tensor(batch, dtype=torch.float32).unsqueeze(1).repeat(1, FEATURES)
+    try:
+        layer(features)
+    except Exception as error:  # recorded as measured, whatever torch raises
+        return f"{type(error).__name__}: {error}"
+    return "ok"
+
+
+def build() -> Finding:
+    size_rows, outcome_rows = [], []
+    for case in CASES:
+        received = batches(case)
+        sizes: Counter[int] = Counter()
+        examples: dict[int, list[int]] = {}
+        for (epoch, rank), rank_batches in sorted(received.items(), key=lambda item: item[0][::-1]):
+            size_rows.append(
+                {
+                    "DataLoader drop_last": case.loader_drop_last,
+                    "rank": rank,
+                    "epoch": epoch,
+                    "sampler yields": len(sampler_share(case, rank, epoch)),
+                    "batch sizes": listed(len(batch) for batch in rank_batches),
+                }
+            )
+            for batch in rank_batches:
+                sizes[len(batch)] += 1
+                examples.setdefault(len(batch), batch)
+        for size in sorted(sizes):
+            outcome_rows.append(
+                {
+                    "DataLoader drop_last": case.loader_drop_last,
+                    "batch size": size,
+                    "batches of this size": sizes[size],
+                    "train mode": batchnorm_outcome(examples[size], train=True),
+                    "eval mode": batchnorm_outcome(examples[size], train=False),
+                }
+            )
+    size_table = pd.DataFrame(size_rows)
+    outcome_table = pd.DataFrame(outcome_rows)
+
+    case = CASES[0]
+    ones = outcome_table[
+        ~outcome_table["DataLoader drop_last"] & (outcome_table["batch size"] == 1)
+    ]
+    kept = size_table[size_table["DataLoader drop_last"]]
+    if ones.empty:
+        ones_text = "No batch of one sample occurred without the DataLoader's drop_last."
+    else:
+        one = ones.iloc[0]
+        ones_text = (
+            f"Without the DataLoader's drop_last, {one['batches of this size']} batches held a "
+            f"single sample; BatchNorm1d in train mode answered each with `{one['train mode']}` "
+            f"(eval mode: `{one['eval mode']}`)."
+        )
+    held_back = sorted(
+        {row["sampler yields"] - sum(json.loads(row["batch sizes"])) for _, row in kept.iterrows()}
+    )
+    prose = (
+        f"With {case.dataset_size} samples on {case.world_size} ranks each rank's sampler yields "
+        f"{joined(sorted(set(size_table['sampler yields'])))} samples per epoch, cut into "
+        f"batches of {case.batch_size}. {ones_text} With the DataLoader's drop_last the batch "
+        f"sizes are {' and '.join(sorted(set(kept['batch sizes'])))}: the short batch is "
+        "dropped, and "
+        f"with it {joined(held_back)} sample(s) per rank per epoch."
+    )
+    return Finding(
+        name=NAME,
+        title=TITLE,
+        claim=CLAIM,
+        guarded_by=GUARDED_BY,
+        prose=prose,
+        tables=(
+            Table("Batch sizes each rank receives", size_table),
+            Table(
+                "A fresh BatchNorm1d fed one batch of each size",
+                outcome_table,
+                note=(
+                    f"Input: the batch's indices as floats, repeated over {FEATURES} features; "
+                    "the error type and message are what torch raised in this run."
+                ),
+            ),
+        ),
+    )

@@ -1,0 +1,66 @@
+"""What a case's samplers and DataLoaders hand each rank, in the shapes findings use.
+
+Every function here runs the real samplers and DataLoaders (through
+:mod:`studies.simulate`) or reads the shared planning layer (:mod:`samplers.plan`); the
+findings never re-derive the sharding arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
+
+from samplers.plan import EpochPlan, ShardSizes
+from studies.cases import Case
+from studies.simulate import IndexDataset, case_rows, make_sampler
+
+__all__ = ["Batches", "batches", "flat", "joined", "listed", "plan", "sampler_share"]
+
+#: A case's batches: (epoch, rank) -> the rank's batches that epoch, in order.
+Batches = dict[tuple[int, int], list[list[int]]]
+
+
+def batches(case: Case) -> Batches:
+    """Every (epoch, rank) of the case, with the batches its DataLoader yields (maybe none)."""
+    received: Batches = {
+        (epoch, rank): [] for epoch in range(case.epochs) for rank in range(case.world_size)
+    }
+    for row in case_rows(case):
+        received[row["epoch"], row["rank"]].append(list(row["indices"]))
+    return received
+
+
+def flat(rank_batches: Iterable[list[int]]) -> list[int]:
+    """A rank's batches as one sequence of indices."""
+    return [index for batch in rank_batches for index in batch]
+
+
+def sampler_share(case: Case, rank: int, epoch: int) -> list[int]:
+    """What the case's sampler yields to ``rank`` in ``epoch`` (before any DataLoader)."""
+    sampler = make_sampler(case, IndexDataset(case.dataset_size), rank)
+    if not isinstance(sampler, StockDistributedSampler):
+        raise ValueError(f"case must use a distributed sampler, got {case.implementation!r}")
+    if case.set_epoch:
+        sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def plan(case: Case, epoch: int) -> EpochPlan:
+    """The planning layer's view of the case's epoch (epoch 0's order without set_epoch)."""
+    sizes = ShardSizes.of(case.dataset_size, case.world_size, case.drop_last)
+    return EpochPlan(sizes, case.shuffle, case.seed, epoch if case.set_epoch else 0)
+
+
+def listed(values: Iterable[int]) -> str:
+    """Indices as a table cell: ``[4, 1, 2]``."""
+    return json.dumps([int(value) for value in values])
+
+
+def joined(values: Iterable[object]) -> str:
+    """Values for prose: ``"5"``, ``"4 and 5"``, ``"1, 2 and 3"``."""
+    texts = [str(value) for value in values]
+    if len(texts) <= 1:
+        return "".join(texts)
+    return f"{', '.join(texts[:-1])} and {texts[-1]}"

@@ -1,0 +1,141 @@
+"""Finding 7: after k steps the samples consumed are a prefix of the epoch order."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+from studies.cases import Case
+from studies.figures import draw_layout
+from studies.findings import Finding, Picture, Table
+from studies.findings.observe import batches, plan
+
+NAME = "strided-prefix"
+TITLE = "After k steps, the samples consumed are a prefix of the epoch order"
+CLAIM = (
+    "Because rank r takes positions r, r + W, r + 2W, ... of the epoch order, the samples "
+    "all ranks have consumed after k steps of batch size B are exactly the first k * B * W "
+    "positions of that order: progress is one number, whatever the world size."
+)
+GUARDED_BY = "tests/test_findings.py::test_consumed_samples_are_a_prefix_of_the_order"
+
+#: (dataset size, world size, batch size) of the configurations measured.
+SHAPES: tuple[tuple[int, int, int], ...] = ((20, 4, 2), (23, 4, 2), (24, 3, 3))
+
+
+def cases() -> list[Case]:
+    """The measured cases: shuffle on, seed 0, one epoch, no drop_last."""
+    return [Case(size, world, batch, epochs=1) for size, world, batch in SHAPES]
+
+
+def consumed_after(case: Case) -> list[list[int]]:
+    """For each step k = 1, 2, ...: every index all ranks consumed in steps 1..k (epoch 0).
+
+    A step is one batch on every rank; ranks with fewer batches contribute none.
+    """
+    received = batches(case)
+    steps = max(len(received[0, rank]) for rank in range(case.world_size))
+    return [
+        [
+            index
+            for rank in range(case.world_size)
+            for batch in received[0, rank][:step]
+            for index in batch
+        ]
+        for step in range(1, steps + 1)
+    ]
+
+
+def build() -> Finding:
+    rows = []
+    for case in cases():
+        epoch_plan = plan(case, 0)
+        order = epoch_plan.global_indices()
+        for step, consumed in enumerate(consumed_after(case), start=1):
+            count = len(consumed)
+            positions = torch.arange(count, dtype=torch.int64)
+            rows.append(
+                {
+                    "dataset size": case.dataset_size,
+                    "world size": case.world_size,
+                    "batch size": case.batch_size,
+                    "step": step,
+                    "samples consumed": count,
+                    "= first positions of the order": Counter(consumed)
+                    == Counter(order[:count].tolist()),
+                    "padding among them": int(epoch_plan.is_padding(positions).sum()),
+                }
+            )
+    table = pd.DataFrame(rows)
+
+    picture_case = cases()[0]
+    picture_plan = plan(picture_case, 0)
+    picture_order = picture_plan.global_indices().tolist()
+    step_of: list[int] = []
+    for step, consumed in enumerate(consumed_after(picture_case)):
+        step_of.extend([step] * (len(consumed) - len(step_of)))
+    picture_padding = picture_plan.is_padding(
+        torch.arange(picture_plan.sizes.total_size, dtype=torch.int64)
+    ).tolist()
+
+    def draw(figure: Figure) -> None:
+        draw_layout(
+            figure,
+            picture_order,
+            picture_case.world_size,
+            padding=picture_padding,
+            steps=step_of,
+            title=(
+                f"{picture_case.dataset_size} samples, {picture_case.world_size} ranks, batch "
+                f"size {picture_case.batch_size}: colour = step that consumes the sample"
+            ),
+        )
+
+    last_steps = table.groupby(["dataset size", "world size", "batch size"])["step"].transform(
+        "max"
+    )
+    padded = table[table["padding among them"] > 0]
+    padding_sentence = (
+        "Padding is consumed only in the last step."
+        if bool((padded["step"] == last_steps[padded.index]).all())
+        else "Padding is consumed before the last step."
+    )
+    prose = (
+        f"In {int(table['= first positions of the order'].sum())} of {len(table)} steps "
+        "measured, the samples consumed so far were exactly the first positions of the "
+        "padded epoch order (as a multiset). A checkpoint therefore needs only the epoch, the "
+        "seed and the number of samples consumed: the rest of the epoch is the rest of the "
+        "order, which any number of ranks can share out again. "
+        f"{padding_sentence}"
+        if bool(table["= first positions of the order"].all())
+        else f"In only {int(table['= first positions of the order'].sum())} of {len(table)} "
+        "steps were the samples consumed the first positions of the epoch order."
+    )
+    return Finding(
+        name=NAME,
+        title=TITLE,
+        claim=CLAIM,
+        guarded_by=GUARDED_BY,
+        prose=prose,
+        tables=(
+            Table(
+                "What all ranks have consumed after each step (epoch 0)",
+                table,
+                note=(
+                    "Shuffle on, seed 0; measured on the stock sampler and DataLoader. A step "
+                    "is one batch on every rank."
+                ),
+            ),
+        ),
+        pictures=(
+            Picture(
+                "steps",
+                "Which step consumes each position of the epoch order, rank by rank",
+                draw,
+                size=(7.0, 3.4),
+            ),
+        ),
+    )

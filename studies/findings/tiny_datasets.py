@@ -1,0 +1,155 @@
+"""Finding 5: fewer samples than ranks: many repeats, or (drop_last) nothing at all."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
+
+from samplers import DistributedSampler
+from samplers.plan import interleave
+from studies.cases import Case
+from studies.figures import draw_layout
+from studies.findings import Finding, Picture, Table
+from studies.findings.observe import batches, flat, joined, listed, plan, sampler_share
+from studies.simulate import IndexDataset
+
+NAME = "tiny-datasets"
+TITLE = "Fewer samples than ranks: repeated many times, or silently nothing"
+CLAIM = (
+    "When the dataset has fewer samples than there are ranks, padding hands the same "
+    "samples out several times each; with the sampler's drop_last every rank receives zero "
+    "samples, and the stock sampler does not warn."
+)
+GUARDED_BY = "tests/test_findings.py::test_tiny_datasets_repeat_or_vanish"
+
+#: (dataset size, world size) of the configurations measured.
+SHAPES: tuple[tuple[int, int], ...] = ((1, 8), (3, 8), (5, 8), (3, 4))
+BATCH_SIZE = 4
+
+
+def cases() -> list[Case]:
+    """Every shape without and with the sampler's drop_last (shuffle on, seed 0)."""
+    return [
+        Case(size, world, BATCH_SIZE, drop_last=drop_last, epochs=1)
+        for size, world in SHAPES
+        for drop_last in (False, True)
+    ]
+
+
+def construction_warnings(
+    sampler_class: type[StockDistributedSampler[int]], case: Case
+) -> list[str]:
+    """Messages of the warnings raised while building every rank's sampler of ``case``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rank in range(case.world_size):
+            sampler_class(
+                IndexDataset(case.dataset_size),
+                num_replicas=case.world_size,
+                rank=rank,
+                shuffle=case.shuffle,
+                seed=case.seed,
+                drop_last=case.drop_last,
+            )
+    return [str(warning.message) for warning in caught]
+
+
+def build() -> Finding:
+    rows = []
+    for case in cases():
+        received = batches(case)
+        counts = Counter(
+            index for rank in range(case.world_size) for index in flat(received[0, rank])
+        )
+        shares = [len(sampler_share(case, rank, 0)) for rank in range(case.world_size)]
+        stock_warnings = construction_warnings(StockDistributedSampler, case)
+        our_warnings = construction_warnings(DistributedSampler, case)
+        rows.append(
+            {
+                "dataset size": case.dataset_size,
+                "world size": case.world_size,
+                "sampler drop_last": case.drop_last,
+                "samples per rank": joined(sorted(set(shares))),
+                "distinct samples received": len(counts),
+                "copies of the most repeated sample": max(counts.values(), default=0),
+                "batches per rank": listed(
+                    len(received[0, rank]) for rank in range(case.world_size)
+                ),
+                "stock warnings": len(stock_warnings),
+                "our warnings": len(our_warnings),
+            }
+        )
+    table = pd.DataFrame(rows)
+
+    picture_case = Case(3, 8, BATCH_SIZE, epochs=1)
+    shares = [sampler_share(picture_case, rank, 0) for rank in range(picture_case.world_size)]
+    picture_order = interleave([torch.tensor(share, dtype=torch.int64) for share in shares])
+    picture_plan = plan(picture_case, 0)
+    picture_padding = picture_plan.is_padding(
+        torch.arange(picture_plan.sizes.total_size, dtype=torch.int64)
+    ).tolist()
+
+    def draw(figure: Figure) -> None:
+        draw_layout(
+            figure,
+            picture_order.tolist(),
+            picture_case.world_size,
+            padding=picture_padding,
+            title=(
+                f"{picture_case.dataset_size} samples on {picture_case.world_size} ranks: "
+                "hatched cells repeat earlier samples"
+            ),
+        )
+
+    padded = table[~table["sampler drop_last"]]
+    dropped = table[table["sampler drop_last"]]
+    batch_counts = sorted({n for cell in dropped["batches per rank"] for n in json.loads(cell)})
+    example_message = construction_warnings(
+        DistributedSampler, Case(1, 8, BATCH_SIZE, drop_last=True)
+    )
+    prose = (
+        "Without drop_last, every rank still receives "
+        f"{joined(sorted(set(padded['samples per rank'])))} sample(s): the order is repeated "
+        "until every rank has its share, so with "
+        f"{padded.iloc[0]['dataset size']} sample on {padded.iloc[0]['world size']} ranks that "
+        f"sample is handed out {padded.iloc[0]['copies of the most repeated sample']} times. "
+        "With the sampler's drop_last, every rank's share is "
+        f"{joined(sorted(set(dropped['samples per rank'])))} samples and its DataLoader yields "
+        f"{joined(batch_counts)} batches, in "
+        f"{len(dropped)} of {len(dropped)} configurations; the stock sampler raised "
+        f"{int(dropped['stock warnings'].sum())} warnings over all of them, ours raised "
+        f"{int(dropped['our warnings'].sum())} over the {int(dropped['world size'].sum())} "
+        "samplers built, e.g. "
+        f"`{example_message[0] if example_message else 'none'}`."
+    )
+    return Finding(
+        name=NAME,
+        title=TITLE,
+        claim=CLAIM,
+        guarded_by=GUARDED_BY,
+        prose=prose,
+        tables=(
+            Table(
+                "What each rank receives from a tiny dataset (epoch 0)",
+                table,
+                note=(
+                    f"Shuffle on, seed 0, batch size {BATCH_SIZE}; measured on the stock sampler "
+                    "and DataLoader. Warnings are counted while building every rank's sampler."
+                ),
+            ),
+        ),
+        pictures=(
+            Picture(
+                "layout",
+                f"{picture_case.dataset_size} samples dealt to {picture_case.world_size} ranks",
+                draw,
+                size=(6.0, 4.2),
+            ),
+        ),
+    )

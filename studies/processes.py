@@ -1,0 +1,375 @@
+"""Start real ranks on this machine, run one function in each, and never hang.
+
+:func:`launch` starts ``world_size`` processes, joins them into a gloo process group on
+127.0.0.1 and calls ``work(payload)`` in each, after ``torch.distributed`` is initialised,
+so ``work`` reads its rank and world size from the group as training code does. It
+returns each rank's result, or raises:
+
+* :class:`RankFailed` when a rank raises (with the rank's traceback) or dies without
+  answering (with its exit code), as soon as the parent sees it;
+* :class:`LaunchTimeout` when the ranks have not all answered within ``timeout``.
+
+Either way, before the exception leaves :func:`launch`, every rank's process group (the
+rank and any DataLoader worker it started) has been sent SIGKILL and every rank has been
+joined. Workers are the ranks' children, not ours: they cannot run another instruction
+once SIGKILL is pending, and init reaps them.
+
+**Start method: forkserver.** ``fork`` would copy the calling process as it is: its
+threads' locks in whatever state they happen to be (torch's and OpenBLAS's thread pools,
+and here the TCPStore server thread that :func:`launch` itself runs), plus any process
+group a previous caller left behind. ``spawn`` is safe but starts a fresh interpreter per
+rank, and importing torch costs seconds of CPU each (8 ranks on 2 cores: ~10 s per
+launch). ``forkserver`` gets spawn's isolation at fork's price: the server is a fresh
+interpreter started by exec that only imports :data:`PRELOAD` (no tensor ops, no process
+group, no store; OpenBLAS's idle pool is fork-safe through its ``pthread_atfork``
+handlers), and each rank is forked from that clean state in milliseconds. The gloo group
+is created in the rank, after the fork, so no gloo state is ever shared.
+
+DataLoader workers start with the platform's default method, as in a training script
+that torchrun started (``fork`` on Linux before Python 3.14). A process started from a
+context inherits that context as its default, so each rank resets it; otherwise every
+rank would start its own fork server and each worker would re-import the main module.
+Forking a worker from a rank whose gloo threads are running is what every Linux DDP job
+does, and is safe: the worker keeps only the forking thread, never touches the process
+group, and torch re-creates its thread pools in forked children.
+
+**Rendezvous.** The parent hosts the ``TCPStore`` on a port the OS picks (binding port
+0), as torchrun's agent does, and ranks connect to it as clients. The port is bound for
+the whole launch, so there is no window in which another program can take it between
+choosing and binding; a requested port that is busy is replaced by a free one. Gloo's
+own sockets are kept on the loopback interface (``GLOO_SOCKET_IFNAME``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HOST",
+    "START_METHOD",
+    "LaunchError",
+    "LaunchTimeout",
+    "RankFailed",
+    "launch",
+    "serve_store",
+]
+
+HOST = "127.0.0.1"
+START_METHOD = "forkserver"
+#: Imported once by the fork server, so ranks start without importing torch again.
+PRELOAD = ("torch", "torch.distributed", "pandas", "studies.simulate", "studies.processes")
+#: Seconds a whole launch may take (start-up, rendezvous, work and exit) by default.
+DEFAULT_TIMEOUT = 120.0
+#: Seconds to wait for killed processes to be reaped.
+_REAP_TIMEOUT = 10.0
+
+
+class LaunchError(RuntimeError):
+    """A launch did not produce every rank's result."""
+
+
+class RankFailed(LaunchError):
+    """A rank raised or died: ``rank`` names it, ``traceback`` or ``exitcode`` says how.
+
+    ``traceback`` is the rank's formatted traceback when it raised, ``None`` when it died
+    without answering (then ``exitcode`` is its exit status; negative: killed by signal).
+    """
+
+    def __init__(
+        self, rank: int, world_size: int, *, traceback: str | None, exitcode: int | None
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.traceback = traceback
+        self.exitcode = exitcode
+        if traceback is not None:
+            detail = f"raised:\n{traceback.rstrip()}"
+        else:
+            detail = f"exited with code {exitcode} without reporting a result"
+        super().__init__(f"rank {rank} of world_size={world_size} {detail}")
+
+
+class LaunchTimeout(LaunchError, TimeoutError):
+    """The ranks in ``pending`` had not answered after ``timeout`` seconds."""
+
+    def __init__(self, world_size: int, timeout: float, pending: Sequence[int]) -> None:
+        self.world_size = world_size
+        self.timeout = timeout
+        self.pending = tuple(pending)
+        super().__init__(
+            f"ranks {list(self.pending)} of world_size={world_size} had not finished after "
+            f"timeout={timeout} s; all ranks were killed"
+        )
+
+
+def launch(
+    work: Callable[[Any], Any],
+    payload: Any,
+    world_size: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    port: int = 0,
+) -> list[Any]:
+    """``work(payload)``'s return value on each rank, in rank order.
+
+    ``work`` must be importable (a module-level function) and its result picklable. It
+    runs with the default process group initialised (gloo, ``world_size`` ranks, the
+    collective timeout set to ``timeout``) and single-threaded torch, so 8 ranks share 2
+    cores without oversubscription. The group is torn down after a final barrier, so a
+    result is only returned once every rank has finished its collectives.
+
+    Guarantee: within about ``timeout`` seconds this returns or raises
+    :class:`RankFailed`/:class:`LaunchTimeout`, and no process it started is left running
+    (on failure: ranks killed and joined, their DataLoader workers killed with them).
+    ``port`` is the store's port (0: any free port; a busy one is replaced by a free one).
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    context = _context()
+    deadline = time.monotonic() + timeout
+    store = serve_store(port, timeout=timeout)
+    ranks: list[_Rank] = []
+    finished = False
+    try:
+        for rank in range(world_size):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_rank_main,
+                args=(work, payload, _RankSetup(rank, world_size, store.port, timeout), sender),
+                name=f"rank-{rank}",
+            )
+            process.start()
+            sender.close()
+            ranks.append(_Rank(rank, process, receiver))
+        results = _collect(ranks, world_size, deadline, timeout)
+        _reap(ranks, world_size, deadline, timeout)
+        finished = True
+        return results
+    finally:
+        if not finished:
+            _kill(ranks)
+        for entry in ranks:
+            entry.receiver.close()
+            with contextlib.suppress(ValueError):
+                entry.process.close()
+        del store
+
+
+def serve_store(port: int = 0, *, timeout: float = DEFAULT_TIMEOUT) -> dist.TCPStore:
+    """A TCPStore server on 127.0.0.1, on ``port`` or, if that is busy or 0, a free one.
+
+    The OS picks the free port when the server binds port 0, so no other program can
+    take it first. ``store.port`` is the port actually bound.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 2**16:
+        raise ValueError(f"port must be an integer in [0, 65535], got {port!r}")
+    try:
+        return _store_server(port, timeout)
+    except RuntimeError as error:  # DistNetworkError, or a plain RuntimeError on older torch
+        text = str(error).lower()
+        if port == 0 or not ("eaddrinuse" in text or "address already in use" in text):
+            raise
+        return _store_server(0, timeout)
+
+
+def _store_server(port: int, timeout: float) -> dist.TCPStore:
+    return dist.TCPStore(
+        HOST, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+    )
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    context = multiprocessing.get_context(START_METHOD)
+    # Only takes effect before the fork server starts; later launches reuse the server.
+    context.set_forkserver_preload(list(PRELOAD))  # type: ignore[attr-defined]
+    return context
+
+
+@dataclass(frozen=True)
+class _RankSetup:
+    """What a rank needs to join the group."""
+
+    rank: int
+    world_size: int
+    port: int
+    timeout: float
+
+
+@dataclass
+class _Rank:
+    """The parent's handle on one rank."""
+
+    rank: int
+    process: BaseProcess
+    receiver: Connection
+    #: The rank has answered or failed; it is no longer waited for.
+    done: bool = False
+    #: The rank's end of the pipe is closed without a message: only its exit is awaited.
+    hung_up: bool = False
+
+    def handles(self) -> list[Any]:
+        """What to wait on: its message (until it hangs up) and its exit."""
+        if self.hung_up:
+            return [self.process.sentinel]
+        return [self.receiver, self.process.sentinel]
+
+
+@dataclass(frozen=True)
+class _Failure:
+    rank: int
+    traceback: str | None
+    exitcode: int | None
+    #: time.monotonic() when it failed (CLOCK_MONOTONIC is shared by all processes).
+    at: float
+
+    def error(self, world_size: int) -> RankFailed:
+        return RankFailed(self.rank, world_size, traceback=self.traceback, exitcode=self.exitcode)
+
+
+def _collect(ranks: list[_Rank], world_size: int, deadline: float, timeout: float) -> list[Any]:
+    """Every rank's answer, or the first failure as :class:`RankFailed`.
+
+    When several failures are seen at once, a rank that died silently is blamed first
+    (others' errors are then usually its peers noticing the closed connection), then the
+    earliest-stamped traceback: a rank's own error is always sent before its exit can
+    break a peer's collective.
+    """
+    results: dict[int, Any] = {}
+    while len(results) < world_size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LaunchTimeout(world_size, timeout, [r.rank for r in ranks if not r.done])
+        owners = {handle: entry for entry in ranks if not entry.done for handle in entry.handles()}
+        ready = {id(owners[handle]): owners[handle] for handle in wait(list(owners), remaining)}
+        failures: list[_Failure] = []
+        for entry in ready.values():
+            answer = _answer(entry)
+            if isinstance(answer, _Failure):
+                failures.append(answer)
+            elif answer is not None:
+                results[entry.rank] = answer[0]
+            entry.done = answer is not None
+        if failures:
+            silent = [f for f in failures if f.traceback is None]
+            first = min(silent, key=_by_rank) if silent else min(failures, key=_by_time)
+            raise first.error(world_size)
+    return [results[rank] for rank in range(world_size)]
+
+
+def _by_rank(failure: _Failure) -> int:
+    return failure.rank
+
+
+def _by_time(failure: _Failure) -> float:
+    return failure.at
+
+
+def _answer(entry: _Rank) -> tuple[Any] | _Failure | None:
+    """``(result,)`` if the rank answered, a failure if it raised or died, else None."""
+    if not entry.hung_up and entry.receiver.poll():
+        try:
+            message = entry.receiver.recv()
+        except EOFError:
+            entry.hung_up = True
+        else:
+            if message[0] == "ok":
+                return (message[1],)
+            _, at, text = message
+            return _Failure(entry.rank, text, None, at)
+    if entry.process.is_alive():
+        return None
+    entry.process.join()
+    return _Failure(entry.rank, None, entry.process.exitcode, time.monotonic())
+
+
+def _reap(ranks: list[_Rank], world_size: int, deadline: float, timeout: float) -> None:
+    """Wait for every rank to exit after answering; a non-zero exit is still a failure."""
+    for entry in ranks:
+        entry.process.join(max(deadline - time.monotonic(), 0))
+        if entry.process.exitcode is None:
+            raise LaunchTimeout(world_size, timeout, [entry.rank])
+        if entry.process.exitcode != 0:
+            raise RankFailed(
+                entry.rank, world_size, traceback=None, exitcode=entry.process.exitcode
+            )
+
+
+def _kill(ranks: list[_Rank]) -> None:
+    """SIGKILL every rank's process group (the rank and its DataLoader workers), reap."""
+    for entry in ranks:
+        pid = entry.process.pid
+        if pid is None:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        if entry.process.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                entry.process.kill()
+    for entry in ranks:
+        if entry.process.pid is not None:
+            entry.process.join(_REAP_TIMEOUT)
+
+
+def _rank_main(
+    work: Callable[[Any], Any], payload: Any, setup: _RankSetup, sender: Connection
+) -> None:
+    """A rank's whole life: join the group, work, tear down, send exactly one message."""
+    # Its own process group, so the parent can kill it together with its workers.
+    os.setpgid(0, 0)
+    try:
+        message: tuple[Any, ...] = ("ok", _run_rank(work, payload, setup))
+        sender.send(message)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            sender.send(("error", time.monotonic(), traceback.format_exc()))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter teardown: a half-used process group may block in destructors.
+        os._exit(1)
+    finally:
+        sender.close()
+
+
+def _run_rank(work: Callable[[Any], Any], payload: Any, setup: _RankSetup) -> Any:
+    # Undo the inherited forkserver default: DataLoader workers start as in a fresh
+    # training script (see the module docstring).
+    multiprocessing.set_start_method(None, force=True)
+    torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
+    timeout = timedelta(seconds=setup.timeout)
+    store = dist.TCPStore(HOST, setup.port, is_master=False, timeout=timeout)
+    dist.init_process_group(
+        "gloo", store=store, rank=setup.rank, world_size=setup.world_size, timeout=timeout
+    )
+    result = work(payload)
+    dist.barrier()
+    dist.destroy_process_group()
+    return result
+
+
+def _loopback_interface() -> str:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS)."""
+    names = {name for _, name in socket.if_nameindex()}
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    raise RuntimeError(f"no loopback interface among {sorted(names)}; gloo needs 127.0.0.1")

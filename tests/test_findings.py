@@ -1,0 +1,434 @@
+"""Each finding's claim, checked on the stock sampler (and ours) for the configs it reports.
+
+One test per finding, named by the finding's ``GUARDED_BY``. Expected values are derived
+here from the documented algorithm (``torch.randperm`` seeded with ``seed + epoch``, a
+strided deal, padding from the head), not read from the report code, so a torch release
+that changes what ranks receive fails here. Hypothesis tests extend a claim to many small
+configurations where it is a property rather than an example.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import warnings
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import DistributedSampler
+from studies.cases import EXPERIMENT, Case
+from studies.evaluation import estimates, exact_accuracy, rank_results
+from studies.findings import (
+    batch_of_one,
+    build,
+    cost,
+    distributed_evaluation,
+    drop_last,
+    experiment,
+    modules,
+    padding,
+    seed_per_rank,
+    set_epoch,
+    strided_prefix,
+    tiny_datasets,
+)
+from studies.findings.memory import python_heap, tensor_bytes
+
+SAMPLERS = {"torch": StockSampler, "samplers": DistributedSampler}
+implementations = pytest.mark.parametrize("name", sorted(SAMPLERS))
+
+
+# --- independent helpers: the documented algorithm, written out -------------------------
+
+
+def epoch_order(size: int, seed: int, epoch: int, shuffle: bool = True) -> list[int]:
+    """torch.randperm seeded with seed + epoch, or 0..N-1."""
+    if not shuffle:
+        return list(range(size))
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+def build_sampler(name: str, size: int, world: int, rank: int, **options: object) -> StockSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # ours warns on empty shards
+        return SAMPLERS[name](range(size), num_replicas=world, rank=rank, **options)
+
+
+def loader_batches(case: Case, epoch: int) -> list[list[list[int]]]:
+    """Each rank's batches in ``epoch``, built directly with torch (no studies code)."""
+    result = []
+    for rank in range(case.world_size):
+        if case.implementation == "none":
+            generator = torch.Generator()
+            generator.manual_seed(case.seed)
+            loader = DataLoader(
+                range(case.dataset_size),
+                batch_size=case.batch_size,
+                shuffle=case.shuffle,
+                drop_last=case.loader_drop_last,
+                generator=generator,
+            )
+            epochs = [[batch.tolist() for batch in loader] for _ in range(epoch + 1)]
+            result.append(epochs[epoch])
+            continue
+        sampler = build_sampler(
+            case.implementation,
+            case.dataset_size,
+            case.world_size,
+            rank,
+            shuffle=case.shuffle,
+            seed=case.seed,
+            drop_last=case.drop_last,
+        )
+        if case.set_epoch:
+            sampler.set_epoch(epoch)
+        loader = DataLoader(
+            range(case.dataset_size),
+            batch_size=case.batch_size,
+            sampler=sampler,
+            drop_last=case.loader_drop_last,
+        )
+        result.append([batch.tolist() for batch in loader])
+    return result
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [index for batch in batches for index in batch]
+
+
+small_cases = st.builds(
+    Case,
+    dataset_size=st.integers(1, 60),
+    world_size=st.integers(1, 9),
+    batch_size=st.integers(1, 6),
+    seed=st.integers(0, 2**31),
+    drop_last=st.booleans(),
+    loader_drop_last=st.booleans(),
+    epochs=st.just(1),
+    implementation=st.sampled_from(["torch", "samplers"]),
+)
+
+
+# --- the experiment -----------------------------------------------------------------------
+
+
+def test_experiment_batches() -> None:
+    """The experiment table shows exactly what torch's DataLoaders yield, and each labelled
+    case shows its effect."""
+    finding = build(experiment)
+    table = finding.tables[0].frame
+    effects = {}
+    for label, case in EXPERIMENT:
+        epochs = [loader_batches(case, epoch) for epoch in range(case.epochs)]
+        rows = table[table["case"] == label].sort_values("rank")
+        for rank in range(case.world_size):
+            for epoch in range(case.epochs):
+                cell = rows.iloc[rank][f"epoch {epoch}"]
+                shown = [] if cell == "-" else [json.loads(b + "]") for b in cell[:-1].split("] ")]
+                assert shown == epochs[epoch][rank], (label, rank, epoch)
+        effects[label.split(":")[0]] = epochs
+
+    first, second = effects["1"]
+    assert first[0] == first[1] and second[0] == second[1]  # no sampler: ranks repeat work
+    assert effects["2"][0] == effects["2"][1]  # no set_epoch: epoch 1 repeats epoch 0
+    assert effects["3"][0] != effects["3"][1]  # set_epoch: a new order
+    assert [len(flat(b)) for b in effects["4a"][0]] == [3, 3]
+    assert effects["4b"][0] == [[], []] == effects["4b"][1]  # DataLoader drop_last: empty
+    five = Counter(flat(effects["5"][0][0]) + flat(effects["5"][0][1]))
+    assert sorted(five.values()) == [1, 1, 1, 1, 2]  # padding: one sample twice
+    assert [len(b[-1]) for b in effects["6"][0]] == [1, 1]  # batch of one
+    assert len(set(flat(effects["7"][0][0]) + flat(effects["7"][0][1]))) == 8  # 2 dropped
+
+
+# --- 1. set_epoch -------------------------------------------------------------------------
+
+
+def test_without_set_epoch_every_epoch_repeats() -> None:
+    for case in set_epoch.CASES:
+        per_epoch = [loader_batches(case, epoch) for epoch in range(case.epochs)]
+        repeated, distinct = set_epoch.repeats(case)
+        if case.set_epoch:
+            assert all(per_epoch[e] != per_epoch[0] for e in range(1, case.epochs)), case
+            assert (repeated, distinct) == (0, case.epochs), case
+        else:
+            assert all(per_epoch[e] == per_epoch[0] for e in range(1, case.epochs)), case
+            assert (repeated, distinct) == (case.epochs - 1, 1), case
+    table = build(set_epoch).tables[0].frame
+    assert (
+        table[~table["set_epoch"]]["later epochs equal to epoch 0"] == set_epoch.EPOCHS - 1
+    ).all()
+    assert (table[table["set_epoch"]]["later epochs equal to epoch 0"] == 0).all()
+
+
+@given(small_cases, st.integers(2, 4))
+def test_without_set_epoch_the_dataloader_repeats_epoch_0(case: Case, epochs: int) -> None:
+    sampler = build_sampler(
+        case.implementation,
+        case.dataset_size,
+        case.world_size,
+        0,
+        seed=case.seed,
+        drop_last=case.drop_last,
+    )
+    loader = DataLoader(range(case.dataset_size), batch_size=case.batch_size, sampler=sampler)
+    first = [batch.tolist() for batch in loader]
+    assert all([batch.tolist() for batch in loader] == first for _ in range(epochs - 1))
+
+
+# --- 2. padding ---------------------------------------------------------------------------
+
+
+def _padding_holds(name: str, size: int, world: int, seed: int, epoch: int) -> None:
+    shares = []
+    for rank in range(world):
+        sampler = build_sampler(name, size, world, rank, seed=seed)
+        sampler.set_epoch(epoch)
+        shares.append(list(sampler))
+    order = epoch_order(size, seed, epoch)
+    total = len(shares[0]) * world
+    extra = total - size
+    # Undo the strided deal: position p is rank p % W's (p // W)-th sample.
+    received = [shares[p % world][p // world] for p in range(total)]
+    assert received[:size] == order
+    seen: set[int] = set()
+    repeated_positions = []
+    for position, index in enumerate(received):
+        if index in seen:
+            repeated_positions.append(position)
+        seen.add(index)
+    copies = [received[p] for p in repeated_positions]
+    assert copies == (order * (extra // size + 1))[:extra]  # the head, not index 0
+    assert {p % world for p in repeated_positions} == set(range(world - extra, world))
+
+
+@implementations
+def test_padding_repeats_head_of_order_on_highest_ranks(name: str) -> None:
+    for case in padding.cases():
+        for epoch in range(padding.EPOCHS):
+            _padding_holds(name, case.dataset_size, case.world_size, case.seed, epoch)
+    table = build(padding).tables[0].frame
+    assert table["twice = head"].all() and table["highest ranks"].all()
+    assert table["ours identical"].all()
+    assert not table["index 0 received twice"].all()  # index 0 is not what gets repeated
+
+
+@implementations
+@given(st.integers(1, 200), st.integers(1, 16), st.integers(0, 2**31), st.integers(0, 50))
+def test_padding_property(name: str, size: int, world: int, seed: int, epoch: int) -> None:
+    _padding_holds(name, size, world, seed, epoch)
+
+
+# --- 3. drop_last -------------------------------------------------------------------------
+
+
+def test_sampler_and_loader_drop_last_drop_different_samples() -> None:
+    for name in SAMPLERS:
+        for case in drop_last.cases(name):  # type: ignore[arg-type]
+            never, held_back = drop_last.dropped_by(case)
+            order = epoch_order(case.dataset_size, case.seed, 0)
+            world, batch = case.world_size, case.batch_size
+            kept = len(order) - len(order) % world
+            assert never == (order[kept:] if case.drop_last else []), case
+            shares = [
+                list(build_sampler(name, case.dataset_size, world, r, drop_last=case.drop_last))
+                for r in range(world)
+            ]
+            expected = [i for s in shares for i in s[len(s) - len(s) % batch :]]
+            assert held_back == (expected if case.loader_drop_last else []), case
+    empty = Case(6, 2, 4, loader_drop_last=True, epochs=1)
+    assert loader_batches(empty, 0) == [[], []]
+    table = build(drop_last).tables[0].frame
+    assert table["ours identical"].all()
+    assert table[table["empty epoch"]]["dataset size"].tolist() == [6, 6]
+
+
+@given(small_cases)
+def test_loader_drop_last_keeps_only_full_batches(case: Case) -> None:
+    dropped = replace(case, loader_drop_last=True)
+    kept = replace(case, loader_drop_last=False)
+    for full, trimmed in zip(loader_batches(kept, 0), loader_batches(dropped, 0), strict=True):
+        assert trimmed == [batch for batch in full if len(batch) == case.batch_size]
+
+
+# --- 4. batch of one ----------------------------------------------------------------------
+
+
+def test_last_batch_of_one_breaks_batchnorm() -> None:
+    plain, trimmed = batch_of_one.CASES
+    for epoch in range(plain.epochs):
+        assert [[len(b) for b in rank] for rank in loader_batches(plain, epoch)] == [[4, 1]] * 2
+        assert [[len(b) for b in rank] for rank in loader_batches(trimmed, epoch)] == [[4]] * 2
+    layer = torch.nn.BatchNorm1d(3).train()
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        layer(torch.ones(1, 3))
+    layer.eval()(torch.ones(1, 3))  # eval mode uses running statistics: no error
+    outcomes = build(batch_of_one).tables[1].frame
+    one = outcomes[outcomes["batch size"] == 1]
+    assert len(one) == 1 and not one.iloc[0]["DataLoader drop_last"]
+    assert one.iloc[0]["train mode"].startswith("ValueError: Expected more than 1 value")
+    assert (outcomes[outcomes["batch size"] > 1]["train mode"] == "ok").all()
+
+
+@given(small_cases.filter(lambda case: case.batch_size > 1))
+def test_a_batch_of_one_is_the_remainder_of_each_share(case: Case) -> None:
+    share_length = len(
+        build_sampler(
+            case.implementation, case.dataset_size, case.world_size, 0, drop_last=case.drop_last
+        )
+    )
+    sizes = [len(batch) for batch in loader_batches(case, 0)[0]]
+    has_one = 1 in sizes
+    assert has_one == (share_length % case.batch_size == 1 and not case.loader_drop_last)
+
+
+# --- 5. tiny datasets ---------------------------------------------------------------------
+
+
+def test_tiny_datasets_repeat_or_vanish() -> None:
+    for size, world in tiny_datasets.SHAPES:
+        for name in SAMPLERS:
+            shares = [list(build_sampler(name, size, world, r)) for r in range(world)]
+            assert [len(s) for s in shares] == [1] * world
+            counts = Counter(flat(shares))
+            assert set(counts) == set(range(size))
+            assert max(counts.values()) == -(-world // size)
+            trimmed = [build_sampler(name, size, world, r, drop_last=True) for r in range(world)]
+            assert [len(list(s)) for s in trimmed] == [0] * world
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the stock sampler stays silent
+            StockSampler(range(size), num_replicas=world, rank=0, drop_last=True)
+        with pytest.warns(UserWarning, match="gives every rank 0 samples"):
+            DistributedSampler(range(size), num_replicas=world, rank=0, drop_last=True)
+    table = build(tiny_datasets).tables[0].frame
+    dropped = table[table["sampler drop_last"]]
+    assert (dropped["stock warnings"] == 0).all()
+    assert (dropped["our warnings"] == dropped["world size"]).all()
+    assert (dropped["distinct samples received"] == 0).all()
+
+
+@implementations
+@given(st.integers(1, 40), st.integers(2, 48))
+def test_fewer_samples_than_ranks_and_drop_last_gives_nothing(
+    name: str, size: int, world: int
+) -> None:
+    if size >= world:
+        return
+    for rank in range(world):
+        sampler = build_sampler(name, size, world, rank, drop_last=True)
+        assert len(sampler) == 0 and list(sampler) == []
+
+
+# --- 6. seed per rank ---------------------------------------------------------------------
+
+
+def test_seed_per_rank_loses_and_repeats_samples() -> None:
+    size = seed_per_rank.DATASET_SIZE
+    for name in SAMPLERS:
+        counts = seed_per_rank.times_seen(size, 8, seed_per_rank=True, implementation=name)  # type: ignore[arg-type]
+        assert int(counts.sum()) == size  # the same number of hand-outs ...
+        assert 0.3 < float((counts == 0).double().mean()) < 0.4  # ... but a third never seen
+        assert float((counts >= 2).double().mean()) > 0.2
+        same = seed_per_rank.times_seen(size, 8, seed_per_rank=False, implementation=name)  # type: ignore[arg-type]
+        assert bool((same == 1).all())
+    table = build(seed_per_rank).tables[0].frame
+    assert table.iloc[0]["never seen"] == 0  # one rank: nothing to disagree with
+    assert (table["never seen"].iloc[1:] > 0).all()
+    assert table["never seen (fraction)"].iloc[-1] > table["never seen (fraction)"].iloc[1]
+    assert (table["same seed: never seen"] == 0).all() and table["ours identical"].all()
+
+
+# --- 7. strided prefix --------------------------------------------------------------------
+
+
+def _prefix_holds(case: Case) -> None:
+    order = epoch_order(case.dataset_size, case.seed, 0)
+    per_rank = loader_batches(case, 0)
+    steps = max(len(batches) for batches in per_rank)
+    total = len(flat(per_rank[0])) * case.world_size
+    padded = (order * (total // max(len(order), 1) + 1))[:total]
+    for step in range(1, steps + 1):
+        consumed = [i for batches in per_rank for batch in batches[:step] for i in batch]
+        assert Counter(consumed) == Counter(padded[: len(consumed)]), (case, step)
+
+
+def test_consumed_samples_are_a_prefix_of_the_order() -> None:
+    for case in strided_prefix.cases():
+        for name in SAMPLERS:
+            _prefix_holds(case.using(name))  # type: ignore[arg-type]
+    table = build(strided_prefix).tables[0].frame
+    assert table["= first positions of the order"].all()
+
+
+@given(small_cases.filter(lambda case: not case.drop_last))
+def test_prefix_property(case: Case) -> None:
+    _prefix_holds(case)
+
+
+# --- 8. distributed evaluation ------------------------------------------------------------
+
+
+def test_padded_evaluation_is_off_and_gathering_is_exact() -> None:
+    for size in distributed_evaluation.DATASET_SIZES[:3]:
+        for world in distributed_evaluation.WORLD_SIZES:
+            values = distributed_evaluation.evaluate(size, world)
+            exact = exact_accuracy(size)
+            assert values["gathered"] == pytest.approx(exact, abs=1e-12)
+            assert values["pooled_counts"] != pytest.approx(exact, abs=1e-12)
+            assert values["mean_of_rank_means"] == pytest.approx(values["pooled_counts"])
+    table = build(distributed_evaluation).tables[0].frame
+    errors = distributed_evaluation.ERROR_COLUMNS
+    assert (table[errors["gathered"]].abs() < 1e-12).all()
+    assert (table[errors["pooled_counts"]] != 0).all()
+
+
+@implementations
+@given(st.integers(1, 300), st.integers(1, 16), st.booleans())
+def test_gathering_is_exact_and_pooling_is_exact_only_without_padding(
+    name: str, size: int, world: int, shuffle: bool
+) -> None:
+    shares = [list(build_sampler(name, size, world, r, shuffle=shuffle)) for r in range(world)]
+    values = estimates(rank_results(shares), size)
+    exact = exact_accuracy(size)
+    assert values["gathered"] == pytest.approx(exact, abs=1e-12)
+    if size % world == 0:
+        assert values["pooled_counts"] == pytest.approx(exact, abs=1e-12)
+
+
+# --- 9. cost ------------------------------------------------------------------------------
+
+
+def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
+    """Measured in this process at two sizes past our chunk size (one rank holds all)."""
+    small, large = 100_000, 500_000
+    heap = {
+        (name, size): python_heap(build_sampler(name, size, 1, 0)).peak_to_first
+        for name in SAMPLERS
+        for size in (small, large)
+    }
+    assert heap["torch", large] > 4 * heap["torch", small]  # proportional to N
+    assert heap["samplers", large] < 1.05 * heap["samplers", small]  # bounded
+    assert heap["samplers", large] < heap["torch", large] / 5
+    assert tensor_bytes(build_sampler("torch", large, 1, 0)).to_first >= 8 * large
+    assert cost.SLOW and cost.DATASET_SIZES[-1] >= 10**7
+
+
+# --- the registry -------------------------------------------------------------------------
+
+
+def test_every_finding_is_guarded_by_an_existing_test() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for module in modules():
+        path, test = module.GUARDED_BY.split("::")
+        tree = ast.parse((root / path).read_text())
+        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert test in names, module.GUARDED_BY

@@ -1,0 +1,319 @@
+"""The real-process launcher: normal runs, failing ranks, hung ranks and busy ports.
+
+Every test that starts processes is marked ``processes`` and has its own timeout; the
+launcher's own ``timeout`` is well below it, so a regression shows up as a failed
+assertion or exception, not as pytest-timeout killing a hung test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
+
+import studies.launch
+from samplers import DistributedSampler
+from studies.cases import EXPERIMENT, Case
+from studies.launch import Run, observe_on_rank, run_case, run_cases
+from studies.processes import (
+    LaunchTimeout,
+    RankFailed,
+    launch,
+    serve_store,
+)
+from studies.simulate import COLUMNS, IndexDataset, make_loader, make_sampler, simulate
+
+#: Seconds the launcher gets in the failure tests: failures must be reported well before.
+LAUNCH_TIMEOUT = 60.0
+
+
+# --- rank work used by the tests (module level, so the ranks can import it) -------------
+
+
+def _placement(_: object) -> dict[str, object]:
+    """What a rank sees: the group, and samplers built without num_replicas/rank."""
+    dataset = IndexDataset(10)
+    total = torch.tensor([dist.get_rank() + 1])
+    dist.all_reduce(total)
+    return {
+        "backend": dist.get_backend(),
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "stock": (
+            StockDistributedSampler(dataset).num_replicas,
+            StockDistributedSampler(dataset).rank,
+        ),
+        "ours": (DistributedSampler(dataset).num_replicas, DistributedSampler(dataset).rank),
+        "sum": int(total),
+        "pid": os.getpid(),
+    }
+
+
+def _raise_after_starting_workers(payload: tuple[int, str]) -> None:
+    """Every rank starts persistent DataLoader workers and records all pids; then one raises.
+
+    The others are blocked in a barrier the failing rank never reaches.
+    """
+    failing, directory = payload
+    rank = dist.get_rank()
+    case = Case(16, dist.get_world_size(), 2)
+    dataset = IndexDataset(case.dataset_size)
+    loader = make_loader(
+        case, dataset, DistributedSampler(dataset), num_workers=2, persistent_workers=True
+    )
+    iterator = iter(loader)
+    next(iterator)
+    pids = [os.getpid(), *(worker.pid for worker in iterator._workers)]  # type: ignore[attr-defined]
+    Path(directory, f"rank-{rank}").write_text(" ".join(map(str, pids)))
+    dist.barrier()  # every rank has written its pids
+    if rank == failing:
+        raise ValueError(f"rank {rank} fails on purpose")
+    dist.barrier()
+
+
+def _tcp_endpoints(_: object) -> list[tuple[str, str]]:
+    """(local, remote) hex addresses of this rank's TCP sockets, from /proc (Linux)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    endpoints = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                endpoints.append((fields[1].split(":")[0], fields[2].split(":")[0]))
+    dist.barrier()  # every rank's sockets are open while each one looks
+    return endpoints
+
+
+def _sampler_for_wrong_world(_: object) -> None:
+    case = Case(6, dist.get_world_size() + 1, 2)
+    make_sampler(case, IndexDataset(6), dist.get_rank(), from_process_group=True)
+
+
+def _exit_early(failing: int) -> None:
+    if dist.get_rank() == failing:
+        os._exit(3)
+    dist.barrier()
+
+
+def _hang(_: object) -> None:
+    threading.Event().wait()
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _left_running(pid: int) -> bool:
+    """Whether ``pid`` lives on: not gone, not a zombie, not exiting, not sent SIGKILL.
+
+    SIGKILL is asynchronous: a process it was sent to may still show as running until it
+    is next scheduled, but it can run no more user code; it has SIGKILL pending, or is
+    already exiting (PF_EXITING), until it becomes a zombie.
+    """
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields["State"].split()[0] in ("Z", "X"):
+        return False
+    pending = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    exiting = int(stat.rsplit(")", 1)[1].split()[6]) & 0x4  # PF_EXITING
+    return not (pending & 1 << (signal.SIGKILL - 1) or exiting)
+
+
+def _records(rows: pd.DataFrame) -> list[dict[str, object]]:
+    return rows.to_dict("records")
+
+
+# --- normal path -------------------------------------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_ranks_take_world_size_and_rank_from_the_gloo_group() -> None:
+    results = launch(_placement, None, 3, timeout=LAUNCH_TIMEOUT)
+
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    for rank, result in enumerate(results):
+        assert result["backend"] == "gloo"
+        assert result["world_size"] == 3
+        assert result["stock"] == result["ours"] == (3, rank)
+        assert result["sum"] == 1 + 2 + 3  # a real all_reduce across the three ranks
+    assert len({r["pid"] for r in results}) == 3
+    assert os.getpid() not in {r["pid"] for r in results}
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads Linux /proc")
+def test_every_socket_of_every_rank_is_on_127_0_0_1() -> None:
+    loopback = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it; IPv6 maps it at the end
+    unbound = {"00000000", "0" * 32}  # the remote end of a listening socket
+
+    per_rank = launch(_tcp_endpoints, None, 3, timeout=LAUNCH_TIMEOUT)
+
+    for endpoints in per_rank:
+        assert len(endpoints) >= 3  # the store client and gloo's pairs to both peers
+        for local, remote in endpoints:
+            assert local.endswith(loopback), endpoints
+            assert remote.endswith(loopback) or remote in unbound, endpoints
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_run_case_returns_the_simulated_table() -> None:
+    case = Case(5, 3, 2, drop_last=False, loader_drop_last=False)
+
+    real = run_case(case, timeout=LAUNCH_TIMEOUT)
+
+    assert list(real.columns) == list(COLUMNS)
+    assert _records(real) == _records(simulate([case]))
+    assert sorted(real["rank"].unique()) == [0, 1, 2]
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_run_cases_with_workers_matches_the_simulation_in_order() -> None:
+    cases = [case for _, case in EXPERIMENT[1:]] + [
+        Case(17, 3, 4, implementation="samplers"),
+        Case(7, 3, 2, drop_last=True, loader_drop_last=True),
+    ]
+
+    for options in ({"num_workers": 2}, {"num_workers": 2, "persistent_workers": True}):
+        real = run_cases(cases, timeout=LAUNCH_TIMEOUT, **options)
+        assert _records(real) == _records(simulate(cases)), options
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_run_cases_launches_once_per_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    launched: list[tuple[int, int]] = []
+    real_launch = studies.launch.launch
+
+    def counting(work, payload, world_size, **options):  # type: ignore[no-untyped-def]
+        launched.append((world_size, len(payload)))
+        return real_launch(work, payload, world_size, **options)
+
+    monkeypatch.setattr(studies.launch, "launch", counting)
+    cases = [Case(3, 2, 2), Case(9, 1, 4), Case(4, 2, 1, implementation="samplers")]
+    cases.append(Case(8, 2, 4, implementation="none"))
+
+    real = run_cases(cases, timeout=LAUNCH_TIMEOUT)
+
+    assert sorted(launched) == [(1, 1), (2, 3)]
+    assert _records(real) == _records(simulate(cases))  # given order, not launch order
+
+
+# --- failures are answers ---------------------------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_group_that_does_not_fit_the_case_fails_with_the_reason() -> None:
+    with pytest.raises(RankFailed) as failure:
+        launch(_sampler_for_wrong_world, None, 2, timeout=LAUNCH_TIMEOUT)
+    assert failure.value.traceback is not None
+    assert "the process group gives num_replicas=2, rank=" in failure.value.traceback
+    assert "but the case needs world_size=3" in failure.value.traceback
+
+    with pytest.raises(RankFailed, match="case world_size=3 launched in a group of 2"):
+        launch(observe_on_rank, [Run(Case(6, 3, 2))], 2, timeout=LAUNCH_TIMEOUT)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_rank_that_raises_is_named_with_its_traceback_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(RankFailed) as failure:
+        launch(_raise_after_starting_workers, (1, str(tmp_path)), 3, timeout=LAUNCH_TIMEOUT)
+    elapsed = time.monotonic() - started
+
+    assert failure.value.rank == 1
+    assert failure.value.world_size == 3
+    assert failure.value.exitcode is None
+    assert failure.value.traceback is not None
+    assert "ValueError: rank 1 fails on purpose" in failure.value.traceback
+    assert "rank 1 of world_size=3 raised" in str(failure.value)
+    assert elapsed < LAUNCH_TIMEOUT / 2  # reported when it happens, not at the deadline
+    pids = [int(pid) for f in sorted(tmp_path.iterdir()) for pid in f.read_text().split()]
+    assert len(pids) == 3 * 3  # every rank and its two workers were running
+    assert [pid for pid in pids if _left_running(pid)] == []
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_rank_that_exits_early_is_named_with_its_exit_code() -> None:
+    started = time.monotonic()
+    with pytest.raises(RankFailed) as failure:
+        launch(_exit_early, 2, 3, timeout=LAUNCH_TIMEOUT)
+
+    assert failure.value.rank == 2
+    assert failure.value.exitcode == 3
+    assert failure.value.traceback is None
+    assert "exited with code 3" in str(failure.value)
+    assert time.monotonic() - started < LAUNCH_TIMEOUT / 2
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(60)
+def test_hung_ranks_time_out_and_are_killed() -> None:
+    started = time.monotonic()
+    with pytest.raises(LaunchTimeout) as failure:
+        launch(_hang, None, 2, timeout=3.0)
+
+    assert failure.value.pending == (0, 1)
+    assert isinstance(failure.value, TimeoutError)
+    assert 3.0 <= time.monotonic() - started < 30.0
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_busy_port_is_replaced_by_a_free_one() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+
+        store = serve_store(port, timeout=10.0)
+        assert store.port not in (0, port)
+        del store
+
+        results = launch(_placement, None, 2, timeout=LAUNCH_TIMEOUT, port=port)
+        assert [r["sum"] for r in results] == [3, 3]
+
+
+# --- arguments (no processes) -----------------------------------------------------------
+
+
+def test_arguments_are_checked_before_anything_starts() -> None:
+    case = Case(4, 2, 2)
+    with pytest.raises(ValueError, match="persistent_workers=True needs num_workers >= 1"):
+        Run(case, persistent_workers=True)
+    with pytest.raises(ValueError, match="num_workers must be a non-negative integer, got -1"):
+        Run(case, num_workers=-1)
+    with pytest.raises(ValueError, match="world_size must be a positive integer, got 0"):
+        launch(_hang, None, 0)
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        launch(_hang, None, 1, timeout=0)
+    with pytest.raises(ValueError, match="port must be an integer in \\[0, 65535\\], got 70000"):
+        serve_store(70000)
+    assert Run(case).loader_options() == {}
+    assert Run(case, 2, True).loader_options() == {"num_workers": 2, "persistent_workers": True}
