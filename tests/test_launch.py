@@ -8,6 +8,7 @@ assertion or exception, not as pytest-timeout killing a hung test.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -317,3 +318,27 @@ def test_arguments_are_checked_before_anything_starts() -> None:
         serve_store(70000)
     assert Run(case).loader_options() == {}
     assert Run(case, 2, True).loader_options() == {"num_workers": 2, "persistent_workers": True}
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_explain_with_launch_prints_what_the_simulation_prints(
+    output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real CLI path, no stand-ins: ``--launch`` starts gloo ranks with 2 workers."""
+    from studies.cli import main
+
+    options = ["explain", "--dataset-size", "10", "--world-size", "3", "--batch-size", "4"]
+    options += ["--format", output, "--num-workers", "2"]
+    assert main(options) == 0
+    simulated = capsys.readouterr().out
+    assert main([*options, "--launch"]) == 0
+    launched = capsys.readouterr().out
+    assert launched == simulated
+    if output == "json":
+        rows = json.loads(simulated)
+        assert {row["rank"] for row in rows} == {0, 1, 2}
+        assert {i for row in rows if row["epoch"] == 0 for i in row["indices"]} == set(range(10))
+    else:
+        assert "Epoch 0" in simulated and "padded-duplicates" in simulated
