@@ -31,6 +31,7 @@ __all__ = [
     "epoch_order",
     "interleave",
     "rank_positions",
+    "unshard",
 ]
 
 
@@ -112,6 +113,18 @@ def interleave(shares: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(list(shares), dim=1).reshape(-1)
 
 
+def unshard(shares: Sequence[torch.Tensor], dataset_size: int) -> torch.Tensor:
+    """Per-rank results of a padded epoch back in epoch order, each sample exactly once.
+
+    The inverse of padded strided sharding: :func:`interleave` restores the padded order
+    and the positions from ``dataset_size`` on, which are the padding, are dropped. With
+    ``drop_last`` there is no padding and the result is the ``total_size`` samples seen.
+    """
+    if dataset_size < 0:
+        raise ValueError(f"dataset_size must be at least 0, got {dataset_size}")
+    return interleave(shares)[:dataset_size]
+
+
 @dataclass(frozen=True)
 class EpochPlan:
     """One epoch of one sampler configuration: its sizes and its (lazily drawn) order.
@@ -168,6 +181,10 @@ class EpochPlan:
     def owner(self, positions: torch.Tensor) -> torch.Tensor:
         """The rank that receives each position of the padded/trimmed order."""
         return positions % self.sizes.world_size
+
+    def slot(self, positions: torch.Tensor) -> torch.Tensor:
+        """Where in its rank's share each position lands (0 for the rank's first sample)."""
+        return positions // self.sizes.world_size
 
     def is_padding(self, positions: torch.Tensor) -> torch.Tensor:
         """Whether each position repeats an earlier sample (it lies past ``dataset_size``)."""

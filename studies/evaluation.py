@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from samplers.plan import interleave
+from samplers.plan import unshard
 
 #: The aggregation patterns, in the order :func:`estimates` reports them.
 PATTERNS = ("mean_of_rank_means", "pooled_counts", "gathered")
@@ -56,7 +56,7 @@ def pooled_counts(results: Sequence[torch.Tensor]) -> float:
 
 def gathered(results: Sequence[torch.Tensor], dataset_size: int) -> float:
     """Per-sample results interleaved in rank order and truncated: exact with padding."""
-    return interleave(results)[:dataset_size].double().mean().item()
+    return unshard(results, dataset_size).double().mean().item()
 
 
 def rank_results(shares: Sequence[Sequence[int] | torch.Tensor]) -> list[torch.Tensor]:
