@@ -59,6 +59,44 @@ class ShardSizes:
             num_samples = -(-dataset_size // world_size)
         return cls(dataset_size, world_size, drop_last, num_samples, num_samples * world_size)
 
+    @classmethod
+    def given(
+        cls,
+        dataset_size: int,
+        world_size: int,
+        drop_last: bool,
+        *,
+        rank: int,
+        num_samples: int,
+        total_size: int,
+    ) -> ShardSizes:
+        """Sizes as a sampler's ``num_samples``/``total_size`` attributes hold them.
+
+        The stock sampler computes both at construction and trusts them when iterating,
+        so a subclass may override them. Such an override works there when it pads
+        (``total_size >= N`` without ``drop_last``) or trims (``total_size <= N`` with
+        it) to a length that gives ``rank`` exactly ``num_samples`` positions, and the
+        same overrides are accepted here. Any other pair raises the ``AssertionError``
+        the stock sampler raises, with the reason (typically: the dataset or
+        ``world_size`` changed after the sizes were computed).
+        """
+        natural = cls.of(dataset_size, world_size, drop_last)
+        if (num_samples, total_size) == (natural.num_samples, natural.total_size):
+            return natural
+        if drop_last:
+            fits = 0 <= total_size <= dataset_size
+        else:
+            fits = total_size >= dataset_size and (dataset_size > 0 or total_size == 0)
+        if not fits or len(rank_positions(total_size, world_size, rank)) != num_samples:
+            raise AssertionError(
+                f"num_samples={num_samples} and total_size={total_size} do not fit "
+                f"{dataset_size} samples over num_replicas={world_size} with "
+                f"drop_last={drop_last} (expected num_samples={natural.num_samples}, "
+                f"total_size={natural.total_size}); they are computed when the sampler is "
+                "built, so build a new sampler after changing the dataset or num_replicas"
+            )
+        return cls(dataset_size, world_size, drop_last, num_samples, total_size)
+
     @property
     def padding(self) -> int:
         """Positions filled by repeating the head of the epoch order."""
@@ -80,7 +118,14 @@ def epoch_order(dataset_size: int, *, shuffle: bool, seed: int, epoch: int) -> t
     if not shuffle:
         return torch.arange(dataset_size, dtype=torch.int64)
     generator = torch.Generator()
-    generator.manual_seed(seed + epoch)
+    try:
+        generator.manual_seed(seed + epoch)
+    except (RuntimeError, ValueError) as error:
+        # Same exception type as torch raises, with the arguments that caused it.
+        raise type(error)(
+            f"seed + epoch must be in [-2**63, 2**64 - 1] (torch.Generator.manual_seed), "
+            f"got seed={seed} + epoch={epoch} = {seed + epoch}"
+        ) from error
     return torch.randperm(dataset_size, generator=generator)
 
 
@@ -92,6 +137,8 @@ def rank_positions(
     Rank ``rank`` receives positions ``rank, rank + W, ...`` below ``total_size``;
     ``start``/``stop`` (non-negative) select ``[start:stop]`` of that sequence.
     """
+    if start < 0 or (stop is not None and stop < 0):
+        raise ValueError(f"start and stop must be at least 0, got start={start}, stop={stop}")
     last = total_size if stop is None else min(total_size, rank + stop * world_size)
     first = min(rank + start * world_size, last)
     return torch.arange(first, max(first, last), world_size, dtype=torch.int64)
@@ -130,8 +177,7 @@ class EpochPlan:
     """One epoch of one sampler configuration: its sizes and its (lazily drawn) order.
 
     ``sizes.total_size`` is taken as given, so a plan can also describe a sampler whose
-    ``total_size`` was overridden; :meth:`samplers.DistributedSampler.__iter__` checks
-    such overrides before planning.
+    ``total_size`` was overridden (see :meth:`ShardSizes.given`).
 
     Example::
 

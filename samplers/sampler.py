@@ -39,7 +39,10 @@ class DistributedSampler(_StockDistributedSampler[int]):
       :class:`samplers.checks.SeedTypeError`, both a ``TypeError`` and the
       ``RuntimeError`` torch raises);
     * ``drop_last=True`` with fewer samples than replicas warns, because every rank
-      then receives nothing.
+      then receives nothing;
+    * it is stricter about types: ``shuffle`` and ``drop_last`` must be bools (or 0/1),
+      and ``epoch`` an integer (``set_epoch(1.0)`` raises ``TypeError``), where the
+      stock sampler takes any truthy value or number.
 
     What it keeps from the stock sampler, because changing it would change what ranks
     receive: without ``drop_last`` the order is padded by repeating its first
@@ -112,17 +115,28 @@ class DistributedSampler(_StockDistributedSampler[int]):
         """The current epoch's plan, read from the attributes as they are now."""
         dataset_size = checks.dataset_size(self.dataset)
         num_replicas = checks.world_size(self.num_replicas)
+        sizes = ShardSizes.given(
+            dataset_size,
+            num_replicas,
+            self.drop_last,
+            rank=checks.rank(self.rank, num_replicas),
+            num_samples=checks.as_int("num_samples", self.num_samples),
+            total_size=checks.as_int("total_size", self.total_size),
+        )
         return EpochPlan(
-            self._checked_sizes(dataset_size, num_replicas),
+            sizes,
             shuffle=checks.as_flag("shuffle", self.shuffle),
             seed=checks.seed(self.seed),
             epoch=checks.as_int("epoch", self.epoch),
         )
 
     def __iter__(self) -> Iterator[int]:
-        # The plan is drawn now, as the stock sampler draws it when iter() is called;
-        # only the conversion to Python ints is deferred.
+        # The permutation is drawn now, as the stock sampler draws it when iter() is
+        # called (later set_epoch calls do not affect this iterator, and a bad seed
+        # raises here); only the conversion to Python ints is deferred.
         plan = self.plan()
+        if plan.shuffle:
+            _ = plan.order
         return _python_ints(plan, checks.rank(self.rank, plan.sizes.world_size))
 
     def __len__(self) -> int:
@@ -142,35 +156,6 @@ class DistributedSampler(_StockDistributedSampler[int]):
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
             f"epoch={self.epoch}, num_samples={self.num_samples})"
         )
-
-    def _checked_sizes(self, dataset_size: int, num_replicas: int) -> ShardSizes:
-        """The sizes to iterate with, honouring ``num_samples``/``total_size`` if overridden.
-
-        The stock sampler stores both at construction and trusts them when iterating; an
-        override (as some subclasses do) works there when it pads (``total_size >= N``
-        without ``drop_last``) or trims (``total_size <= N`` with it) to a length that
-        gives every rank ``num_samples``. The same overrides work here; others raise the
-        stock sampler's ``AssertionError``, with the reason.
-        """
-        natural = ShardSizes.of(dataset_size, num_replicas, self.drop_last)
-        num_samples = checks.as_int("num_samples", self.num_samples)
-        total_size = checks.as_int("total_size", self.total_size)
-        if (num_samples, total_size) == (natural.num_samples, natural.total_size):
-            return natural
-        if self.drop_last:
-            fits = 0 <= total_size <= dataset_size
-        else:
-            fits = total_size >= dataset_size and (dataset_size > 0 or total_size == 0)
-        rank = checks.rank(self.rank, num_replicas)
-        if not fits or len(range(rank, total_size, num_replicas)) != num_samples:
-            raise AssertionError(
-                f"num_samples={num_samples} and total_size={total_size} do not fit "
-                f"{dataset_size} samples over num_replicas={num_replicas} with "
-                f"drop_last={self.drop_last} (expected num_samples={natural.num_samples}, "
-                f"total_size={natural.total_size}); they are computed when the sampler is "
-                "built, so build a new sampler after changing the dataset or num_replicas"
-            )
-        return ShardSizes(dataset_size, num_replicas, self.drop_last, num_samples, total_size)
 
 
 def _from_process_group(name: str, read: Any) -> int:

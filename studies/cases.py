@@ -46,10 +46,15 @@ class Case:
     implementation: Implementation = "torch"
 
     def __post_init__(self) -> None:
-        for name in ("dataset_size", "seed"):
-            _require_int(name, getattr(self, name), minimum=0)
+        _require_int("dataset_size", self.dataset_size, minimum=0)
         for name in ("world_size", "batch_size", "epochs"):
             _require_int(name, getattr(self, name), minimum=1)
+        _require_int("seed", self.seed, minimum=-(2**63))
+        if self.seed + self.epochs - 1 > 2**64 - 1:
+            raise ValueError(
+                f"seed must keep seed + epoch within [-2**63, 2**64 - 1] for all "
+                f"{self.epochs} epochs, got seed={self.seed}"
+            )
         for name in ("shuffle", "drop_last", "loader_drop_last", "set_epoch"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")

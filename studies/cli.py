@@ -29,6 +29,9 @@ __all__ = ["build_parser", "main", "render_table"]
 
 FORMATS = ("table", "csv", "json")
 
+#: explain lists every batch of every rank; past this it is a table nobody reads.
+EXPLAIN_MAX_DATASET_SIZE = 100_000
+
 #: The Case field each ``explain`` option sets, so Case's errors can name the option.
 _OPTIONS = {field.name: f"--{field.name.replace('_', '-')}" for field in fields(Case)}
 
@@ -106,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.num_workers < 0:
         parser.error(f"--num-workers must be at least 0, got {args.num_workers}")
+    if args.dataset_size > EXPLAIN_MAX_DATASET_SIZE:
+        parser.error(
+            f"--dataset-size must be at most {EXPLAIN_MAX_DATASET_SIZE} for explain, which "
+            f"lists every batch, got {args.dataset_size}"
+        )
     case = _case(parser, args)
     try:
         if args.launch:

@@ -113,25 +113,24 @@ def test_num_workers_reach_the_dataloader(
     assert with_workers == without
 
 
-@pytest.mark.parametrize("output_format", ["table", "csv", "json"])
-def test_launch_output_is_identical(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, output_format: str
+def test_launch_passes_the_case_and_a_failed_launch_is_a_clean_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The wiring only; tests/test_launch.py runs --launch for real."""
     calls: list[tuple[Case, int]] = []
 
     def run_case(case: Case, num_workers: int = 0) -> pd.DataFrame:
         calls.append((case, num_workers))
-        return simulate([case])
+        raise RuntimeError("rank 1 of world_size=2 exited with code 1")
 
     launch = types.ModuleType("studies.launch")
     launch.run_case = run_case  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "studies.launch", launch)
-    argv = [*BASE, "--format", output_format, "--num-workers", "2"]
-    _, simulated, _ = run(capsys, *argv)
-    code, launched, _ = run(capsys, *argv, "--launch")
-    assert code == 0
+    code, out, err = run(capsys, *BASE, "--num-workers", "2", "--launch")
     assert calls == [(Case(5, 2, 4), 2)]
-    assert launched == simulated
+    assert code == 1
+    assert "cannot run the case: rank 1 of world_size=2 exited with code 1" in err
+    assert out == "" and "Traceback" not in err
 
 
 def test_report_delegates_and_prints_paths(
@@ -166,7 +165,9 @@ def test_report_delegates_and_prints_paths(
         (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
         (["--dataset-size", "-1"], "--dataset-size must be at least 0, got -1"),
         (["--epochs", "0"], "--epochs must be at least 1, got 0"),
-        (["--seed", "-2"], "--seed must be at least 0, got -2"),
+        (["--seed", str(-(2**63) - 1)], f"--seed must be at least {-(2**63)}, got"),
+        (["--seed", str(2**64 - 1)], "--seed must keep seed + epoch within"),
+        (["--dataset-size", "100001"], "--dataset-size must be at most 100000 for explain"),
         (["--num-workers", "-1"], "--num-workers must be at least 0, got -1"),
         (["--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
         (["--format", "xml"], "argument --format: invalid choice: 'xml'"),
@@ -192,13 +193,10 @@ def test_missing_options_and_command(capsys: pytest.CaptureFixture[str]) -> None
     assert "COMMAND" in err
 
 
-def test_a_case_torch_cannot_run_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
-    # seed + epoch 1 overflows the generator's 64-bit seed.
-    code, out, err = run(capsys, *BASE, "--seed", str(2**64 - 1))
-    assert code == 1
-    assert "cannot run the case" in err
-    assert "Traceback" not in err
-    assert out == ""
+def test_negative_seeds_run_like_the_sampler(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *BASE, "--seed", "-2", "--format", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)
 
 
 def test_help_returns_zero(capsys: pytest.CaptureFixture[str]) -> None:

@@ -243,3 +243,16 @@ def test_drop_last_emptying_every_rank_warns() -> None:
     ):
         sampler = DistributedSampler(range(3), 4, 0, drop_last=True)
     assert list(sampler) == []
+
+
+def test_a_seed_out_of_range_fails_at_iter_naming_seed_and_epoch() -> None:
+    """As in the stock sampler the permutation is drawn by iter(), so it fails there."""
+    for sampler_class in (DistributedSampler, StockSampler):
+        sampler = sampler_class(range(8), 2, 0, seed=2**64 - 1)
+        sampler.set_epoch(1)
+        with pytest.raises(ValueError):
+            iter(sampler)
+    ours = DistributedSampler(range(8), 2, 0, seed=2**64 - 1)
+    ours.set_epoch(1)
+    with pytest.raises(ValueError, match=r"got seed=18446744073709551615 \+ epoch=1"):
+        iter(ours)

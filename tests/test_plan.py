@@ -6,9 +6,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import dataset_sizes, seeds
+from strategies import StockSampler, dataset_sizes, seeds
 
-from samplers.plan import EpochPlan, ShardSizes, interleave, rank_positions
+from samplers.plan import EpochPlan, ShardSizes, interleave, rank_positions, unshard
 
 
 @st.composite
@@ -76,3 +76,46 @@ def test_interleave_rejects_ragged_or_missing_shares() -> None:
         interleave([torch.tensor([1]), torch.tensor([1, 2])])
     with pytest.raises(ValueError, match="one tensor per rank, got none"):
         interleave([])
+
+
+def test_negative_share_bounds_are_rejected() -> None:
+    plan = EpochPlan(ShardSizes.of(10, 2, False), shuffle=True, seed=0, epoch=0)
+    with pytest.raises(ValueError, match="start=-1, stop=None"):
+        plan.rank_indices(1, -1)
+    with pytest.raises(ValueError, match="start=0, stop=-1"):
+        plan.rank_indices(1, 0, -1)
+
+
+@given(plans())
+def test_unshard_returns_each_sample_once_in_epoch_order(plan: EpochPlan) -> None:
+    sizes = plan.sizes
+    shares = [plan.rank_indices(rank) for rank in range(sizes.world_size)]
+    restored = unshard(shares, sizes.dataset_size)
+    if sizes.drop_last:
+        assert restored.tolist() == plan.order[: sizes.total_size].tolist()
+    else:
+        assert restored.tolist() == plan.order.tolist()
+
+
+@given(st.integers(0, 300), st.integers(1, 16), st.booleans(), st.data())
+def test_given_sizes_accept_what_the_stock_sampler_accepts(
+    size: int, world: int, drop_last: bool, data: st.DataObject
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    total = data.draw(st.integers(0, 2 * size + world))
+    num_samples = data.draw(st.integers(0, total // world + 1))
+    stock = StockSampler(range(size), world, rank, drop_last=drop_last, shuffle=False)
+    stock.num_samples, stock.total_size = num_samples, total
+    try:
+        expected = list(stock)
+    except (AssertionError, ZeroDivisionError):
+        expected = None
+    try:
+        sizes = ShardSizes.given(
+            size, world, drop_last, rank=rank, num_samples=num_samples, total_size=total
+        )
+    except AssertionError:
+        assert expected is None
+    else:
+        plan = EpochPlan(sizes, shuffle=False, seed=0, epoch=0)
+        assert plan.rank_indices(rank).tolist() == expected
