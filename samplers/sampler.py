@@ -106,7 +106,8 @@ class DistributedSampler(_StockDistributedSampler[int]):
         self.seed = checks.seed(seed)
         if drop_last and sizes.num_samples == 0 and dataset_size > 0:
             warnings.warn(
-                f"drop_last=True with {dataset_size} samples over {num_replicas} replicas "
+                f"drop_last=True with {dataset_size} sample{'' if dataset_size == 1 else 's'} "
+                f"over {num_replicas} replicas "
                 "gives every rank 0 samples; use drop_last=False or fewer replicas",
                 stacklevel=2,
             )

@@ -146,6 +146,7 @@ exact_sizes = st.integers(0, 2**53)
 huge_sizes = st.integers(2**53, 2**62)
 
 
+@pytest.mark.filterwarnings("ignore:drop_last=True with")
 @given(exact_sizes, st.integers(1, 64), st.booleans())
 def test_sizes_match_stock_up_to_2_pow_53(size: int, world: int, drop_last: bool) -> None:
     ours = DistributedSampler(SizedOnly(size), world, 0, drop_last=drop_last)
