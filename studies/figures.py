@@ -57,40 +57,53 @@ def render_png(draw: Callable[[Figure], None], size: tuple[float, float]) -> byt
 def draw_layout(
     figure: Figure,
     order: Sequence[int],
-    world_size: int,
     *,
+    ranks: Sequence[int],
+    slots: Sequence[int],
+    world_size: int,
     padding: Sequence[bool],
     steps: Sequence[int] | None = None,
     title: str = "",
 ) -> None:
     """Rank-by-slot grid of a padded epoch order: who receives which sample, and where.
 
-    ``order[p]`` is the dataset index at position ``p`` of the padded/trimmed epoch order,
-    which rank ``p % world_size`` receives as its ``p // world_size``-th sample; the grid
-    shows it in row ``p % world_size``, column ``p // world_size``, labelled with the
-    index and, small, the position. ``padding[p]`` marks repeated samples (hatched).
-    Cells are coloured by ``steps[p]`` (the training step that consumes the position)
-    when given, else plain, with padding in a second colour.
+    ``order[p]`` is the dataset index at position ``p`` of the padded/trimmed epoch order;
+    rank ``ranks[p]`` receives it as the ``slots[p]``-th sample of its share (both as
+    :meth:`samplers.plan.EpochPlan.owner` and :meth:`~samplers.plan.EpochPlan.slot` give
+    them: this module does no sharding arithmetic of its own). The grid has one row per
+    rank ``0 .. world_size - 1`` and shows position ``p`` in row ``ranks[p]``, column
+    ``slots[p]``, labelled with the index and, small, the position. ``padding[p]`` marks
+    repeated samples (hatched). Cells are coloured by ``steps[p]`` (the training step that
+    consumes the position) when given, else plain, with padding in a second colour.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
-    if len(padding) != len(order) or (steps is not None and len(steps) != len(order)):
+    lengths = {
+        "ranks": len(ranks),
+        "slots": len(slots),
+        "padding": len(padding),
+        **({} if steps is None else {"steps": len(steps)}),
+    }
+    if any(length != len(order) for length in lengths.values()):
         raise ValueError(
-            f"padding and steps must have one entry per position ({len(order)}), got "
-            f"{len(padding)} and {None if steps is None else len(steps)}"
+            f"every list must have one entry per position ({len(order)}), got {lengths}"
         )
-    slots = max(-(-len(order) // world_size), 1)
+    if any(not 0 <= rank < world_size for rank in ranks) or any(slot < 0 for slot in slots):
+        raise ValueError(f"ranks must lie in [0, {world_size}) and slots be non-negative")
+    cells = list(zip(ranks, slots, strict=True))
+    if len(set(cells)) != len(cells):
+        raise ValueError("two positions share one (rank, slot) cell")
+    columns = max(max(slots, default=0) + 1, 1)
     axes = figure.add_subplot()
+    codes = [[float("nan")] * columns for _ in range(world_size)]
     if steps is None:
-        codes = [[float("nan")] * slots for _ in range(world_size)]
-        for position, padded in enumerate(padding):
-            codes[position % world_size][position // world_size] = 1.0 if padded else 0.0
+        for (rank, slot), padded in zip(cells, padding, strict=True):
+            codes[rank][slot] = 1.0 if padded else 0.0
         colours = ListedColormap([_PLAIN, _PADDING])
         norm = BoundaryNorm([-0.5, 0.5, 1.5], colours.N)
     else:
-        codes = [[float("nan")] * slots for _ in range(world_size)]
-        for position, step in enumerate(steps):
-            codes[position % world_size][position // world_size] = float(step)
+        for (rank, slot), step in zip(cells, steps, strict=True):
+            codes[rank][slot] = float(step)
         count = max(steps, default=0) + 1
         colours = ListedColormap([_STEPS[step % len(_STEPS)] for step in range(count)])
         norm = BoundaryNorm([step - 0.5 for step in range(count + 1)], colours.N)
@@ -99,8 +112,7 @@ def draw_layout(
         axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes.imshow(codes, cmap=colours, norm=norm, aspect="auto")
     text_colour = "black" if steps is None else "white"
-    for position, index in enumerate(order):
-        rank, slot = position % world_size, position // world_size
+    for position, (index, (rank, slot)) in enumerate(zip(order, cells, strict=True)):
         axes.text(
             slot,
             rank,
@@ -124,9 +136,9 @@ def draw_layout(
             axes.add_patch(
                 Rectangle((slot - 0.5, rank - 0.5), 1, 1, fill=False, hatch="//", linewidth=0)
             )
-    axes.set_xticks(range(slots), [str(slot) for slot in range(slots)])
+    axes.set_xticks(range(columns), [str(column) for column in range(columns)])
     axes.set_yticks(range(world_size), [str(rank) for rank in range(world_size)])
-    axes.set_xticks([slot - 0.5 for slot in range(1, slots)], minor=True)
+    axes.set_xticks([column - 0.5 for column in range(1, columns)], minor=True)
     axes.set_yticks([rank - 0.5 for rank in range(1, world_size)], minor=True)
     axes.grid(which="minor", color="white", linewidth=2)
     axes.tick_params(which="minor", length=0)

@@ -23,7 +23,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import studies.report as report
-from studies.figures import render_png
+from studies.figures import draw_layout, render_png
 from studies.findings import cost, is_slow, modules
 from studies.report import MANIFEST, finding_header, render, write_reports
 
@@ -91,6 +91,33 @@ def test_png_bytes_do_not_depend_on_the_run() -> None:
     assert first.startswith(b"\x89PNG") and b"Software" not in first and b"matplotlib" not in first
     with pytest.raises(ValueError, match="size"):
         render_png(draw, (0.0, 2.0))
+
+
+def test_layout_draws_the_cells_it_is_given() -> None:
+    """draw_layout places positions where the caller's ranks/slots say, and checks them."""
+
+    def draw(figure: Figure) -> None:
+        draw_layout(
+            figure,
+            [7, 8, 9],
+            ranks=[1, 0, 1],
+            slots=[0, 0, 1],
+            world_size=2,
+            padding=[False, False, True],
+        )
+        texts = [(t.get_text(), t.get_position()) for t in figure.axes[0].texts]
+        assert texts[::2] == [("7", (0, 1)), ("8", (0, 0)), ("9", (1, 1))]
+
+    render_png(draw, (3.0, 2.0))
+    for ranks, slots, message in (
+        ([0, 1], [0, 0, 0], "one entry per position"),
+        ([0, 2, 1], [0, 0, 0], "ranks must lie in"),
+        ([0, 0, 1], [0, 0, 0], "share one"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            draw_layout(
+                Figure(), [1, 2, 3], ranks=ranks, slots=slots, world_size=2, padding=[False] * 3
+            )
 
 
 def test_write_reports_removes_only_its_own_stale_files(

@@ -19,7 +19,7 @@ How to add a finding
        configurations it covers but no measured result.
    ``GUARDED_BY: str``
        The test that fails when the claim stops holding, as
-       ``"tests/<file>.py::test_<name>"`` (checked to exist by ``tests/test_reports.py``).
+       ``"tests/<file>.py::test_<name>"`` (checked to exist by ``tests/test_findings.py``).
    ``build() -> Finding``
        Runs the measurements and returns the :class:`Finding`: its tables (DataFrames),
        its prose (an f-string over values read from those tables) and optional

@@ -1,4 +1,4 @@
-"""Finding 4: a last batch of one sample, and what it does to BatchNorm in train mode."""
+"""Finding: a last batch of one sample, and what it does to BatchNorm in train mode."""
 
 from __future__ import annotations
 

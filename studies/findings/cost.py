@@ -1,4 +1,4 @@
-"""Finding 9: what an epoch costs in memory, stock sampler against ours, as N grows."""
+"""Finding: what an epoch costs in memory, stock sampler against ours, as N grows."""
 
 from __future__ import annotations
 

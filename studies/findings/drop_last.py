@@ -1,9 +1,13 @@
-"""Finding 3: the sampler's ``drop_last`` and the DataLoader's drop different samples."""
+"""Finding: the two drop_lasts act at different stages, before and after sharding."""
 
 from __future__ import annotations
 
-import pandas as pd
+from collections import Counter
 
+import pandas as pd
+import torch
+
+from samplers.plan import rank_positions
 from studies.cases import Case, Implementation
 from studies.findings import Finding, Table
 from studies.findings.observe import batches, flat, listed, plan, sampler_share
@@ -11,13 +15,15 @@ from studies.simulate import simulate
 from studies.summary import summarize
 
 NAME = "drop-last"
-TITLE = "The sampler's drop_last and the DataLoader's drop_last drop different samples"
+TITLE = "The sampler's drop_last trims before sharding, the DataLoader's after"
 CLAIM = (
-    "The sampler's drop_last trims the tail of the epoch order, so those samples reach no "
-    "rank; the DataLoader's drop_last discards each rank's short last batch, which can be "
-    "the rank's whole share: with 6 samples, 2 ranks and batch size 4 the epoch is empty."
+    "The sampler's drop_last trims the tail of the epoch order before sharding, so those "
+    "samples reach no rank and no sample is repeated; the DataLoader's drop_last discards "
+    "each rank's short last batch after sharding, which can hold padded copies of samples "
+    "that are still received, and can be the rank's whole share: with 6 samples, 2 ranks "
+    "and batch size 4 the epoch is empty."
 )
-GUARDED_BY = "tests/test_findings.py::test_sampler_and_loader_drop_last_drop_different_samples"
+GUARDED_BY = "tests/test_findings.py::test_sampler_trims_before_sharding_and_loader_after"
 
 #: (dataset size, world size, batch size) of the configurations measured.
 SHAPES: tuple[tuple[int, int, int], ...] = ((6, 2, 4), (10, 2, 4), (11, 4, 2))
@@ -58,6 +64,23 @@ def dropped_by(case: Case) -> tuple[list[int], list[int]]:
     return never, held_back
 
 
+def held_back_padding(case: Case) -> list[int]:
+    """The held-back indices (as :func:`dropped_by` lists them) that are padded copies.
+
+    A rank's held-back samples are the end of its share; the plan says which of those
+    share positions lie past the dataset size, i.e. repeat the head of the order.
+    """
+    epoch_plan = plan(case, 0)
+    received = batches(case)
+    copies = []
+    for rank in range(case.world_size):
+        kept = len(flat(received[0, rank]))
+        positions = rank_positions(epoch_plan.sizes.total_size, case.world_size, rank, start=kept)
+        padded = positions[epoch_plan.is_padding(positions)]
+        copies.extend(epoch_plan.indices_at(padded).tolist())
+    return copies
+
+
 def build() -> Finding:
     measured = cases("torch")
     summary = summarize(measured, simulate(measured))
@@ -67,6 +90,15 @@ def build() -> Finding:
         measured, summary.iterrows(), ours.iterrows(), strict=True
     ):
         never, held_back = dropped_by(case)
+        epoch_plan = plan(case, 0)
+        sizes = epoch_plan.sizes
+        tail = epoch_plan.indices_at(
+            torch.arange(sizes.dataset_size - sizes.dropped, sizes.dataset_size, dtype=torch.int64)
+        ).tolist()
+        received = batches(case)
+        counts = Counter(
+            index for rank in range(case.world_size) for index in flat(received[0, rank])
+        )
         rows.append(
             {
                 "dataset size": case.dataset_size,
@@ -74,12 +106,21 @@ def build() -> Finding:
                 "batch size": case.batch_size,
                 "sampler drop_last": case.drop_last,
                 "DataLoader drop_last": case.loader_drop_last,
+                "epoch order": listed(epoch_plan.order.tolist()),
                 "sampler yields per rank": listed(
                     len(sampler_share(case, rank, 0)) for rank in range(case.world_size)
                 ),
                 "batches per rank": listed(row["batches_per_rank"]),
                 "never yielded by the sampler": listed(never),
+                "= tail of the order": never == tail,
                 "held back by the DataLoader": listed(held_back),
+                "padded copies held back": listed(held_back_padding(case)),
+                "received by no rank": listed(
+                    index for index in range(case.dataset_size) if index not in counts
+                ),
+                "received twice or more": listed(
+                    sorted(index for index, count in counts.items() if count >= 2)
+                ),
                 "coverage": row["coverage"],
                 "empty epoch": all(count == 0 for count in row["batches_per_rank"]),
                 "ours identical": _observed(our_row) == _observed(row),
@@ -98,16 +139,32 @@ def build() -> Finding:
         ].iloc[0]
 
     tiny, _, contrast = SHAPES
+    neither = row_of(contrast, False, False)
     sampler_only = row_of(contrast, True, False)
     loader_only = row_of(contrast, False, True)
     emptied = row_of(tiny, False, True)
+    trimmed = table[table["sampler drop_last"]]
+    trimmed_tails = int(trimmed["= tail of the order"].sum())
+    trimmed_repeats = int((trimmed["received twice or more"] != "[]").sum())
+    coverage = (
+        f"coverage is {sampler_only['coverage']:g} either way"
+        if sampler_only["coverage"] == loader_only["coverage"]
+        else f"coverage is {sampler_only['coverage']:g} and {loader_only['coverage']:g}"
+    )
     prose = (
-        f"With {contrast[0]} samples on {contrast[1]} ranks and batch size {contrast[2]}, the "
-        f"sampler's drop_last alone never yields {sampler_only['never yielded by the sampler']}"
-        " (the tail of the shuffled order, so a different tail each epoch with set_epoch), "
-        f"while the DataLoader's drop_last alone holds back "
-        f"{loader_only['held back by the DataLoader']} (the last sample of each rank's share: "
-        "its short last batch). "
+        f"With {contrast[0]} samples on {contrast[1]} ranks and batch size {contrast[2]} "
+        f"(epoch order {neither['epoch order']}), without either drop_last the samples "
+        f"received twice or more are {neither['received twice or more']}. The sampler's "
+        f"drop_last alone never yields {sampler_only['never yielded by the sampler']}, so the "
+        f"samples no rank receives are {sampler_only['received by no rank']} and those "
+        f"received twice or more are {sampler_only['received twice or more']}. The "
+        f"DataLoader's drop_last alone holds back {loader_only['held back by the DataLoader']} "
+        f"after sharding, padded copies among them {loader_only['padded copies held back']}; "
+        f"the samples no rank receives are {loader_only['received by no rank']} and those "
+        f"received twice or more are {loader_only['received twice or more']}, and "
+        f"{coverage}. Over the {len(trimmed)} configurations with the sampler's drop_last, "
+        f"what it never yields is the tail of the order in {trimmed_tails}, and some sample "
+        f"is received twice or more in {trimmed_repeats}. "
         f"With {tiny[0]} samples on {tiny[1]} ranks and batch size {tiny[2]}, each rank's share "
         f"({emptied['sampler yields per rank']}) is one short batch, so the DataLoader's "
         f"drop_last leaves batches per rank {emptied['batches per rank']} and coverage "
@@ -127,8 +184,11 @@ def build() -> Finding:
                 table,
                 note=(
                     "Shuffle on, seed 0; measured on the stock sampler and DataLoader. "
-                    "`coverage`: distinct samples received / dataset size. `ours identical`: "
-                    "our sampler's summary row is the same."
+                    "`= tail of the order`: what the sampler never yields is the end of the "
+                    "epoch order past total_size. `padded copies held back`: held-back "
+                    "entries at padding positions of the order. `coverage`: distinct samples "
+                    "received / dataset size. `ours identical`: our sampler's summary row is "
+                    "the same."
                 ),
             ),
         ),

@@ -10,13 +10,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+import torch
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers.plan import EpochPlan, ShardSizes
 from studies.cases import Case
 from studies.simulate import IndexDataset, case_rows, make_sampler
 
-__all__ = ["Batches", "batches", "flat", "joined", "listed", "plan", "sampler_share"]
+__all__ = [
+    "Batches",
+    "batches",
+    "flat",
+    "joined",
+    "layout",
+    "listed",
+    "plan",
+    "sampler_share",
+]
 
 #: A case's batches: (epoch, rank) -> the rank's batches that epoch, in order.
 Batches = dict[tuple[int, int], list[list[int]]]
@@ -51,6 +61,21 @@ def plan(case: Case, epoch: int) -> EpochPlan:
     """The planning layer's view of the case's epoch (epoch 0's order without set_epoch)."""
     sizes = ShardSizes.of(case.dataset_size, case.world_size, case.drop_last)
     return EpochPlan(sizes, case.shuffle, case.seed, epoch if case.set_epoch else 0)
+
+
+def layout(epoch_plan: EpochPlan) -> dict[str, object]:
+    """Where every position of the plan's padded/trimmed order goes, for ``draw_layout``.
+
+    ``ranks``/``slots``/``padding`` (one entry per position) come from the plan's
+    ``owner``/``slot``/``is_padding``; ``world_size`` sets the grid's rows.
+    """
+    positions = torch.arange(epoch_plan.sizes.total_size, dtype=torch.int64)
+    return {
+        "ranks": epoch_plan.owner(positions).tolist(),
+        "slots": epoch_plan.slot(positions).tolist(),
+        "world_size": epoch_plan.sizes.world_size,
+        "padding": epoch_plan.is_padding(positions).tolist(),
+    }
 
 
 def listed(values: Iterable[int]) -> str:

@@ -1,6 +1,8 @@
-"""Finding 2: padding repeats the head of the epoch's order, on the highest ranks."""
+"""Finding: padding repeats the head of the epoch's order, on the highest ranks."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 import torch
@@ -10,19 +12,21 @@ from samplers.plan import interleave
 from studies.cases import Case, Implementation
 from studies.figures import draw_layout
 from studies.findings import Finding, Picture, Table
-from studies.findings.observe import listed, plan, sampler_share
+from studies.findings.observe import layout, listed, plan, sampler_share
 
 NAME = "padding"
 TITLE = "Padding repeats the head of the shuffled order, on the highest ranks"
 CLAIM = (
-    "Without the sampler's drop_last, the samples handed out twice are the first "
-    "total_size - N samples of that epoch's (shuffled) order, not dataset index 0, and the "
-    "extra copies go to the highest ranks."
+    "Without the sampler's drop_last, the total_size - N extra copies handed out are that "
+    "epoch's (shuffled) order read again from its head, not dataset indices 0, 1, ..., "
+    "starting over from the head as often as needed when total_size - N exceeds N; they go "
+    "to the highest ranks."
 )
 GUARDED_BY = "tests/test_findings.py::test_padding_repeats_head_of_order_on_highest_ranks"
 
-#: (dataset size, world size) of the configurations measured; none divides evenly.
-SHAPES: tuple[tuple[int, int], ...] = ((10, 4), (17, 8), (5, 4), (33, 4))
+#: (dataset size, world size) of the configurations measured; none divides evenly, and
+#: the last needs more copies (5) than there are samples (3).
+SHAPES: tuple[tuple[int, int], ...] = ((10, 4), (17, 8), (5, 4), (33, 4), (3, 8))
 EPOCHS = 2
 
 
@@ -40,7 +44,7 @@ def received_order(case: Case, epoch: int) -> list[int]:
 
 
 def repeats(order: list[int]) -> tuple[list[int], list[int]]:
-    """(samples received twice, positions of their second copies), in position order."""
+    """(every copy of a sample already seen, the positions of those copies), in order."""
     seen: set[int] = set()
     samples, positions = [], []
     for position, index in enumerate(order):
@@ -57,9 +61,11 @@ def build() -> Finding:
         for epoch in range(EPOCHS):
             order = received_order(case, epoch)
             epoch_plan = plan(case, epoch)
-            padding = epoch_plan.sizes.padding
-            head = epoch_plan.order[:padding].tolist()
-            twice, positions = repeats(order)
+            sizes = epoch_plan.sizes
+            padded = torch.arange(sizes.dataset_size, sizes.total_size, dtype=torch.int64)
+            head = epoch_plan.indices_at(padded).tolist()
+            owners = sorted(set(epoch_plan.owner(padded).tolist()))
+            copies, positions = repeats(order)
             ranks = sorted(
                 set(epoch_plan.owner(torch.tensor(positions, dtype=torch.int64)).tolist())
             )
@@ -68,14 +74,16 @@ def build() -> Finding:
                     "dataset size": case.dataset_size,
                     "world size": case.world_size,
                     "epoch": epoch,
-                    "padding": padding,
-                    "head of the epoch order": listed(head),
-                    "received twice": listed(twice),
-                    "twice = head": twice == head,
-                    "index 0 received twice": 0 in twice,
+                    "padding": sizes.padding,
+                    "epoch order": listed(epoch_plan.order.tolist()),
+                    "head of the order, wrapping": listed(head),
+                    "copies received": listed(copies),
+                    "copies = head": copies == head,
+                    "index 0 among copies": 0 in copies,
+                    "copy positions": listed(positions),
                     "ranks given the copies": listed(ranks),
-                    "highest ranks": ranks
-                    == list(range(case.world_size - padding, case.world_size)),
+                    "= owners of the padding": ranks == owners,
+                    "highest ranks": ranks == list(range(case.world_size))[-len(ranks) :],
                     "ours identical": received_order(ours, epoch) == order,
                 }
             )
@@ -83,31 +91,43 @@ def build() -> Finding:
 
     picture_case = cases("torch")[0]
     picture_order = received_order(picture_case, 0)
-    picture_plan = plan(picture_case, 0)
-    positions = torch.arange(picture_plan.sizes.total_size, dtype=torch.int64)
-    picture_padding = picture_plan.is_padding(positions).tolist()
+    picture_layout = layout(plan(picture_case, 0))
 
     def draw(figure: Figure) -> None:
         draw_layout(
             figure,
             picture_order,
-            picture_case.world_size,
-            padding=picture_padding,
+            **picture_layout,
             title=(
                 f"{picture_case.dataset_size} samples on {picture_case.world_size} ranks, "
                 "epoch 0: hatched cells repeat the head of the order"
             ),
         )
 
+    epochs = len(table)
+    wrapping = table[table["padding"] > table["dataset size"]]
+    wrapped = wrapping[wrapping["copies = head"]]
+    zero = table[table["index 0 among copies"]]
     prose = (
-        f"In {int(table['twice = head'].sum())} of {len(table)} epochs measured, the samples "
-        "received twice were exactly the first `padding` entries of that epoch's order, and "
-        f"the copies went to the highest ranks in {int(table['highest ranks'].sum())} of "
-        f"{len(table)}. Dataset index 0 was among the repeats in "
-        f"{int(table['index 0 received twice'].sum())} of {len(table)}: it is repeated only "
-        "when the shuffle happens to put it at the head of the order. The copies sit at "
-        "positions N to total_size - 1 of the padded order, which the strided layout deals "
-        "to the last ranks' last slots."
+        f"In {int(table['copies = head'].sum())} of {epochs} epochs measured, the extra copies "
+        "received were exactly the order read again from its head, one per padding position, "
+        f"and they went to the highest ranks in {int(table['highest ranks'].sum())} of "
+        f"{epochs} (the ranks the plan assigns the padding positions in "
+        f"{int(table['= owners of the padding'].sum())} of {epochs})."
+    )
+    if not wrapping.empty:
+        example = wrapping.iloc[0]
+        prose += (
+            f" In {len(wrapping)} epochs padding exceeds N, and in {len(wrapped)} of them the "
+            "copies start over from the head: with "
+            f"{example['dataset size']} samples on {example['world size']} ranks the "
+            f"{example['padding']} copies are {example['copies received']} for the order "
+            f"{example['epoch order']}."
+        )
+    prose += f" Dataset index 0 was among the copies in {len(zero)} of {epochs} epochs" + (
+        ", each time because the head of that epoch's order holds it."
+        if all(0 in json.loads(head) for head in zero["head of the order, wrapping"])
+        else "."
     )
     return Finding(
         name=NAME,

@@ -42,12 +42,43 @@ def by_world_size(result: Comparison) -> pd.DataFrame:
     )
 
 
-def build() -> Finding:
-    result = comparison()
+def differing_epochs(result: Comparison, label: str) -> list[int]:
+    """The epochs in which a mismatching run's real rows differ from its simulated rows."""
+    rows = result.mismatches[result.mismatches["label"] == label]
+    epochs = sorted(int(epoch) for epoch in rows["epoch"].unique())
+
+    def batches(source: str, epoch: int) -> list[tuple[int, int, list[int]]]:
+        own = rows[(rows["source"] == source) & (rows["epoch"] == epoch)]
+        return [
+            (int(rank), int(batch), [int(index) for index in indices])
+            for rank, batch, indices in zip(own["rank"], own["batch"], own["indices"], strict=True)
+        ]
+
+    return [epoch for epoch in epochs if batches("simulated", epoch) != batches("processes", epoch)]
+
+
+def persistent_seed_draw(run: pd.Series, epochs: list[int]) -> bool:
+    """Whether a mismatching run is the case the persistent-worker seed draw explains.
+
+    That is: no DistributedSampler (the DataLoader shuffles with its own generator), more
+    than zero persistent workers, reproduced in-process with the same options, and epoch 0
+    the same from both sources while some later epoch differs.
+    """
+    return (
+        run["implementation"] == "none"
+        and bool(run["shuffle"])
+        and int(run["num_workers"]) > 0
+        and bool(run["persistent_workers"])
+        and _is_true(run["same_in_process"])
+        and bool(epochs)
+        and min(epochs) > 0
+    )
+
+
+def explain(result: Comparison) -> str:
+    """The finding's prose: counts, then each mismatch with only the causes its rows show."""
     matches = result.matches
-    counts = by_world_size(result)
-    failing = matches[~matches["match"]]
-    mismatches = result.mismatches.assign(indices=result.mismatches["indices"].map(listed))
+    failing = matches[~matches["match"].astype(bool)]
     prose = (
         f"{result.matched} of {result.total} runs match row for row "
         f"({int(matches['processes_rows'].sum())} batches received in real processes, "
@@ -55,20 +86,46 @@ def build() -> Finding:
         f"{int(matches['world_size'].min())} to {int(matches['world_size'].max())})."
     )
     if failing.empty:
-        prose += " No run differs."
-    else:
-        reproduced = bool(failing["same_in_process"].all())
-        prose += f" {len(failing)} differ: {joined(failing['label'])}. " + (
-            "Each difference is reproduced in-process with the same DataLoader options, "
-            "so it comes from those options, not from running in separate processes. "
-            "Without a DistributedSampler, the DataLoader shuffles with its generator "
-            "and also draws each iterator's worker base seed from it; persistent workers "
-            "keep one iterator, so later epochs draw one seed fewer and shuffle "
-            "differently than without workers."
-            if reproduced
-            else "At least one difference is NOT reproduced in-process with the same "
-            "DataLoader options: real processes behave differently (see the rows below)."
+        return prose + " No run differs."
+    count = len(failing)
+    prose += f" {count} run{' differs' if count == 1 else 's differ'}: {joined(failing['label'])}."
+    reproduced = failing[failing["same_in_process"].map(_is_true)]
+    if len(reproduced) == count:
+        prose += (
+            f" {'It is' if count == 1 else 'Each is'} reproduced in-process with the same "
+            "DataLoader options, so it comes from those options, not from running in "
+            "separate processes."
         )
+    else:
+        others = count - len(reproduced)
+        prose += (
+            f" {others} of them {'is' if others == 1 else 'are'} NOT reproduced in-process "
+            "with the same DataLoader options: real processes behave differently (see the "
+            "rows below)."
+        )
+    for _, run in failing.iterrows():
+        epochs = differing_epochs(result, run["label"])
+        prose += (
+            f" In `{run['label']}` the batches differ in epoch{'' if len(epochs) == 1 else 's'} "
+            f"{joined(epochs)}."
+        )
+        if persistent_seed_draw(run, epochs):
+            prose += (
+                " That run has no DistributedSampler and persistent workers, and its epoch 0 "
+                "matches: the DataLoader shuffles with its generator and also draws each "
+                "iterator's worker base seed from it; persistent workers keep one iterator, "
+                "so later epochs draw one seed fewer and shuffle differently than without "
+                "workers."
+            )
+    return prose
+
+
+def build() -> Finding:
+    result = comparison()
+    matches = result.matches
+    counts = by_world_size(result)
+    mismatches = result.mismatches.assign(indices=result.mismatches["indices"].map(listed))
+    prose = explain(result)
     return Finding(
         name=NAME,
         title=TITLE,
@@ -92,3 +149,8 @@ def build() -> Finding:
             ),
         ),
     )
+
+
+def _is_true(value: object) -> bool:
+    """A ``same_in_process`` cell that says yes (``None``/NaN: not checked)."""
+    return bool(pd.notna(value) and value)

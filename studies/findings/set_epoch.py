@@ -1,4 +1,4 @@
-"""Finding 1: without ``set_epoch`` every epoch repeats epoch 0's order on every rank."""
+"""Finding: without ``set_epoch`` every epoch repeats epoch 0's order on every rank."""
 
 from __future__ import annotations
 

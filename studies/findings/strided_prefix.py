@@ -1,4 +1,4 @@
-"""Finding 7: after k steps the samples consumed are a prefix of the epoch order."""
+"""Finding: after k steps the samples consumed are a prefix of the epoch order."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from studies.cases import Case
 from studies.figures import draw_layout
 from studies.findings import Finding, Picture, Table
-from studies.findings.observe import batches, plan
+from studies.findings.observe import batches, layout, plan
 
 NAME = "strided-prefix"
 TITLE = "After k steps, the samples consumed are a prefix of the epoch order"
@@ -77,16 +77,13 @@ def build() -> Finding:
     step_of: list[int] = []
     for step, consumed in enumerate(consumed_after(picture_case)):
         step_of.extend([step] * (len(consumed) - len(step_of)))
-    picture_padding = picture_plan.is_padding(
-        torch.arange(picture_plan.sizes.total_size, dtype=torch.int64)
-    ).tolist()
+    picture_layout = layout(picture_plan)
 
     def draw(figure: Figure) -> None:
         draw_layout(
             figure,
             picture_order,
-            picture_case.world_size,
-            padding=picture_padding,
+            **picture_layout,
             steps=step_of,
             title=(
                 f"{picture_case.dataset_size} samples, {picture_case.world_size} ranks, batch "

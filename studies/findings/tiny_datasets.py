@@ -1,4 +1,4 @@
-"""Finding 5: fewer samples than ranks: many repeats, or (drop_last) nothing at all."""
+"""Finding: fewer samples than ranks: many repeats, or (drop_last) nothing at all."""
 
 from __future__ import annotations
 
@@ -16,7 +16,15 @@ from samplers.plan import interleave
 from studies.cases import Case
 from studies.figures import draw_layout
 from studies.findings import Finding, Picture, Table
-from studies.findings.observe import batches, flat, joined, listed, plan, sampler_share
+from studies.findings.observe import (
+    batches,
+    flat,
+    joined,
+    layout,
+    listed,
+    plan,
+    sampler_share,
+)
 from studies.simulate import IndexDataset
 
 NAME = "tiny-datasets"
@@ -90,17 +98,13 @@ def build() -> Finding:
     picture_case = Case(3, 8, BATCH_SIZE, epochs=1)
     shares = [sampler_share(picture_case, rank, 0) for rank in range(picture_case.world_size)]
     picture_order = interleave([torch.tensor(share, dtype=torch.int64) for share in shares])
-    picture_plan = plan(picture_case, 0)
-    picture_padding = picture_plan.is_padding(
-        torch.arange(picture_plan.sizes.total_size, dtype=torch.int64)
-    ).tolist()
+    picture_layout = layout(plan(picture_case, 0))
 
     def draw(figure: Figure) -> None:
         draw_layout(
             figure,
             picture_order.tolist(),
-            picture_case.world_size,
-            padding=picture_padding,
+            **picture_layout,
             title=(
                 f"{picture_case.dataset_size} samples on {picture_case.world_size} ranks: "
                 "hatched cells repeat earlier samples"
