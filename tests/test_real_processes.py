@@ -160,4 +160,4 @@ def test_collective_evaluation_matches_formulas(
     finding = findings.build(collective_evaluation)
     summary = finding.tables[0].frame
     assert summary["error = 0"].tolist()[-2:] == [len(DATASET_SIZES) * len(WORLD_SIZES)] * 2
-    assert "off by at most 0.0e+00" in finding.prose
+    assert "gathering, interleaving and truncating is off by at most 0.00e+00" in finding.prose
