@@ -592,3 +592,27 @@ def test_every_finding_is_guarded_by_an_existing_test() -> None:
         tree = ast.parse((root / path).read_text())
         names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
         assert test in names, module.GUARDED_BY
+
+
+def test_the_registry_labels_evidence_and_rejects_anything_else() -> None:
+    import types
+
+    import studies.findings as registry
+
+    module = types.ModuleType("studies.findings.example")
+    module.NAME, module.TITLE = "example", "An example"
+    module.CLAIM, module.GUARDED_BY = "A claim.", "tests/test_findings.py::test_example"
+    module.build = lambda: registry.Evidence("prose", ())
+    finding = registry.build(module)
+    assert (finding.name, finding.claim, finding.prose, finding.tables) == (
+        "example",
+        "A claim.",
+        "prose",
+        (),
+    )
+    module.build = lambda: "not evidence"
+    with pytest.raises(TypeError, match=r"example\.build\(\) must return Evidence"):
+        registry.build(module)
+    module.NAME = "Not A Name"
+    with pytest.raises(ValueError, match="NAME must be lowercase words joined by '-'"):
+        registry.build(module)

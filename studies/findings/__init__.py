@@ -20,8 +20,8 @@ How to add a finding
    ``GUARDED_BY: str``
        The test that fails when the claim stops holding, as
        ``"tests/<file>.py::test_<name>"`` (checked to exist by ``tests/test_findings.py``).
-   ``build() -> Finding``
-       Runs the measurements and returns the :class:`Finding`: its tables (DataFrames),
+   ``build() -> Evidence``
+       Runs the measurements and returns the :class:`Evidence`: its tables (DataFrames),
        its prose (an f-string over values read from those tables) and optional
        :class:`Picture` s. It must be deterministic: two calls give equal tables and
        prose, and pictures that render to the same bytes.
@@ -34,7 +34,7 @@ How to add a finding
    reports.
 
 :func:`modules` imports the registered modules and checks the protocol;
-:func:`build` builds one and checks that the result carries the module's metadata.
+:func:`build` builds one and labels its evidence with the module's metadata.
 ``observe`` (what ranks receive, via :mod:`studies.simulate`) and ``memory``
 (deterministic byte counts) are helpers for findings, not findings themselves.
 """
@@ -52,6 +52,7 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "MODULES",
+    "Evidence",
     "Finding",
     "Picture",
     "Table",
@@ -114,13 +115,9 @@ class Picture:
 
 
 @dataclass(frozen=True, eq=False)
-class Finding:
-    """A built finding: the module's metadata plus what ``build()`` computed."""
+class Evidence:
+    """What a finding module's ``build()`` computed: prose, tables and pictures."""
 
-    name: str
-    title: str
-    claim: str
-    guarded_by: str
     prose: str
     tables: tuple[Table, ...]
     pictures: tuple[Picture, ...] = field(default=())
@@ -129,6 +126,29 @@ class Finding:
         names = [picture.name for picture in self.pictures]
         if len(set(names)) != len(names):
             raise ValueError(f"pictures must have distinct names, got {names}")
+
+
+@dataclass(frozen=True, eq=False)
+class Finding:
+    """A built finding: the module's metadata together with its :class:`Evidence`."""
+
+    name: str
+    title: str
+    claim: str
+    guarded_by: str
+    evidence: Evidence
+
+    @property
+    def prose(self) -> str:
+        return self.evidence.prose
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        return self.evidence.tables
+
+    @property
+    def pictures(self) -> tuple[Picture, ...]:
+        return self.evidence.pictures
 
 
 def modules() -> list[ModuleType]:
@@ -146,19 +166,12 @@ def is_slow(module: ModuleType) -> bool:
 
 
 def build(module: ModuleType) -> Finding:
-    """Build the module's finding and check that it carries the module's metadata."""
+    """Build the module's evidence and label it with the module's metadata."""
     _check(module)
-    finding = module.build()
-    if not isinstance(finding, Finding):
-        raise TypeError(f"{module.__name__}.build() must return a Finding, got {finding!r}")
-    expected = (module.NAME, module.TITLE, module.CLAIM, module.GUARDED_BY)
-    actual = (finding.name, finding.title, finding.claim, finding.guarded_by)
-    if actual != expected:
-        raise ValueError(
-            f"{module.__name__}.build() returned metadata {actual}, expected the module's "
-            f"NAME, TITLE, CLAIM and GUARDED_BY {expected}"
-        )
-    return finding
+    evidence = module.build()
+    if not isinstance(evidence, Evidence):
+        raise TypeError(f"{module.__name__}.build() must return Evidence, got {evidence!r}")
+    return Finding(module.NAME, module.TITLE, module.CLAIM, module.GUARDED_BY, evidence)
 
 
 def _check(module: ModuleType) -> bool:
@@ -176,5 +189,5 @@ def _check(module: ModuleType) -> bool:
             f"got {module.GUARDED_BY!r}"
         )
     if not callable(getattr(module, "build", None)):
-        raise TypeError(f"{module.__name__}.build must be a function returning a Finding")
+        raise TypeError(f"{module.__name__}.build must be a function returning Evidence")
     return True

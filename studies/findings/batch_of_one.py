@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from studies.cases import Case
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import batches, joined, listed, sampler_share
 
 NAME = "batch-of-one"
@@ -40,7 +40,7 @@ def batchnorm_outcome(batch: list[int], *, train: bool) -> str:
     return "ok"
 
 
-def build() -> Finding:
+def build() -> Evidence:
     size_rows, outcome_rows = [], []
     for case in CASES:
         received = batches(case)
@@ -97,11 +97,7 @@ def build() -> Finding:
         "dropped, and "
         f"with it {joined(held_back)} sample(s) per rank per epoch."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table("Batch sizes each rank receives", size_table),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from studies.collectives import COLLECTIVES, measure
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import joined
 
 NAME = "collective-evaluation"
@@ -116,16 +116,12 @@ def describe(table: pd.DataFrame, wide: pd.DataFrame) -> str:
     return prose
 
 
-def build() -> Finding:
+def build() -> Evidence:
     measured = measure()
     table = summary(measured)
     wide = errors(measured)
     prose = describe(table, wide)
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

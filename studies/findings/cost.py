@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from studies.cases import Case, Implementation
 from studies.figures import draw_lines
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.findings.memory import python_heap, tensor_bytes
 from studies.simulate import IndexDataset, make_sampler
 
@@ -96,7 +96,7 @@ def measure_in_fresh_process(sizes: Sequence[int] = DATASET_SIZES) -> list[dict[
     return rows
 
 
-def build() -> Finding:
+def build() -> Evidence:
     table = pd.DataFrame(measure_in_fresh_process())
     stock = table[table["implementation"] == "torch"].set_index("dataset size")
     ours = table[table["implementation"] == "samplers"].set_index("dataset size")
@@ -149,11 +149,7 @@ def build() -> Finding:
         "Those depend on the machine and the run, so `benchmarks/bench_sampler.py` prints "
         "them instead of recording them here."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

@@ -11,7 +11,7 @@ from samplers.plan import ShardSizes
 from studies.cases import Case
 from studies.evaluation import PATTERNS, estimates, exact_accuracy, rank_results
 from studies.figures import draw_lines
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.simulate import IndexDataset, make_sampler
 
 NAME = "distributed-evaluation"
@@ -46,7 +46,7 @@ def evaluate(dataset_size: int, world_size: int) -> dict[str, float]:
     return estimates(rank_results(shares), dataset_size)
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for world_size in WORLD_SIZES:
         for dataset_size in DATASET_SIZES:
@@ -97,11 +97,7 @@ def build() -> Finding:
         "because every rank holds the same number of samples (padding included). Gathering, "
         f"interleaving and truncating is off by at most {gathered.abs().max():.2e}."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

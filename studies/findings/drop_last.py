@@ -9,7 +9,7 @@ import torch
 
 from samplers.plan import rank_positions
 from studies.cases import Case, Implementation
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import batches, flat, listed, plan, sampler_share
 from studies.simulate import simulate
 from studies.summary import summarize
@@ -81,7 +81,7 @@ def held_back_padding(case: Case) -> list[int]:
     return copies
 
 
-def build() -> Finding:
+def build() -> Evidence:
     measured = cases("torch")
     summary = summarize(measured, simulate(measured))
     ours = summarize(cases("samplers"), simulate(cases("samplers")))
@@ -172,11 +172,7 @@ def build() -> Finding:
         f"{int(table['empty epoch'].sum())} of the {len(table)} configurations measured have "
         "an empty epoch."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from studies.cases import EXPERIMENT
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import batches, listed
 from studies.simulate import simulate
 from studies.summary import summarize
@@ -21,7 +21,7 @@ CLAIM = (
 GUARDED_BY = "tests/test_findings.py::test_experiment_batches"
 
 
-def build() -> Finding:
+def build() -> Evidence:
     labels = [label for label, _ in EXPERIMENT]
     cases = [case for _, case in EXPERIMENT]
     rows = []
@@ -56,11 +56,7 @@ def build() -> Finding:
             "problems": problems,
         }
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=_prose(totals),
         tables=(
             Table(

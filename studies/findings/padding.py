@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from samplers.plan import interleave
 from studies.cases import Case, Implementation
 from studies.figures import draw_layout
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import layout, listed, plan, sampler_share
 
 NAME = "padding"
@@ -55,7 +55,7 @@ def repeats(order: list[int]) -> tuple[list[int], list[int]]:
     return samples, positions
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for case, ours in zip(cases("torch"), cases("samplers"), strict=True):
         for epoch in range(EPOCHS):
@@ -129,11 +129,7 @@ def build() -> Finding:
         if all(0 in json.loads(head) for head in zero["head of the order, wrapping"])
         else "."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from studies.agreement import Comparison, compare, verification_runs
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import joined, listed
 
 NAME = "real-processes"
@@ -120,17 +120,13 @@ def explain(result: Comparison) -> str:
     return prose
 
 
-def build() -> Finding:
+def build() -> Evidence:
     result = comparison()
     matches = result.matches
     counts = by_world_size(result)
     mismatches = result.mismatches.assign(indices=result.mismatches["indices"].map(listed))
     prose = explain(result)
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table("Runs per world size", counts),

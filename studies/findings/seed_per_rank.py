@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from studies.cases import Case, Implementation
 from studies.figures import draw_lines
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import joined
 from studies.simulate import IndexDataset, make_sampler
 
@@ -58,7 +58,7 @@ def times_seen(
     return torch.bincount(torch.cat(received), minlength=dataset_size)
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for world_size in WORLD_SIZES:
         counts = times_seen(DATASET_SIZE, world_size, seed_per_rank=True)
@@ -137,11 +137,7 @@ def build() -> Finding:
         f"{largest['most copies']} times. With one seed shared by all ranks, the most samples "
         f"left unseen at any world size measured is {int(table['same seed: never seen'].max())}."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

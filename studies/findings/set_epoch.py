@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from studies.cases import Case
-from studies.findings import Finding, Table
+from studies.findings import Evidence, Table
 from studies.findings.observe import batches, flat, listed
 
 NAME = "set-epoch"
@@ -45,7 +45,7 @@ def repeats(case: Case) -> tuple[int, int]:
     return repeated, distinct
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for case in CASES:
         repeated, distinct = repeats(case)
@@ -90,11 +90,7 @@ def build() -> Finding:
         f"{int(with_['later epochs equal to epoch 0'].sum())} did. The sampler draws each "
         "epoch's permutation from seed + epoch, and epoch stays 0 until set_epoch changes it."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from studies.cases import Case
 from studies.figures import draw_layout
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import batches, layout, plan
 
 NAME = "strided-prefix"
@@ -49,7 +49,7 @@ def consumed_after(case: Case) -> list[list[int]]:
     ]
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for case in cases():
         epoch_plan = plan(case, 0)
@@ -111,11 +111,7 @@ def build() -> Finding:
         else f"In only {int(table['= first positions of the order'].sum())} of {len(table)} "
         "steps were the samples consumed the first positions of the epoch order."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(

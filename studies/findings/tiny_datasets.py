@@ -15,7 +15,7 @@ from samplers import DistributedSampler
 from samplers.plan import interleave
 from studies.cases import Case
 from studies.figures import draw_layout
-from studies.findings import Finding, Picture, Table
+from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import (
     batches,
     flat,
@@ -68,7 +68,7 @@ def construction_warnings(
     return [str(warning.message) for warning in caught]
 
 
-def build() -> Finding:
+def build() -> Evidence:
     rows = []
     for case in cases():
         received = batches(case)
@@ -132,11 +132,7 @@ def build() -> Finding:
         "samplers built, e.g. "
         f"`{example_message[0] if example_message else 'none'}`."
     )
-    return Finding(
-        name=NAME,
-        title=TITLE,
-        claim=CLAIM,
-        guarded_by=GUARDED_BY,
+    return Evidence(
         prose=prose,
         tables=(
             Table(
