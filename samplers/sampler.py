@@ -119,7 +119,7 @@ class DistributedSampler(_StockDistributedSampler[int]):
         sizes = ShardSizes.given(
             dataset_size,
             num_replicas,
-            self.drop_last,
+            checks.as_flag("drop_last", self.drop_last),
             rank=checks.rank(self.rank, num_replicas),
             num_samples=checks.as_int("num_samples", self.num_samples),
             total_size=checks.as_int("total_size", self.total_size),

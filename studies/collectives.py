@@ -142,12 +142,13 @@ def _combine(
     dist.all_reduce(mean, op=dist.ReduceOp.SUM)
     mean_of_means = (mean / world_size).item()
 
-    counts = torch.tensor([int(results.sum()), results.numel()], dtype=torch.int64)
-    dist.all_reduce(counts, op=dist.ReduceOp.SUM)
-    all_pooled = int(counts[0]) / int(counts[1])
-    counts = torch.tensor([int(results.sum()), results.numel()], dtype=torch.int64)
-    dist.reduce(counts, dst=0, op=dist.ReduceOp.SUM)
-    reduced = int(counts[0]) / int(counts[1]) if rank == 0 else None
+    local = torch.tensor([int(results.sum()), results.numel()], dtype=torch.int64)
+    summed = local.clone()  # both collectives work in place
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    all_pooled = int(summed[0]) / int(summed[1])
+    at_zero_counts = local.clone()
+    dist.reduce(at_zero_counts, dst=0, op=dist.ReduceOp.SUM)
+    reduced = int(at_zero_counts[0]) / int(at_zero_counts[1]) if rank == 0 else None
 
     everyone: list[Any] = [None] * world_size
     dist.all_gather_object(everyone, results)

@@ -257,3 +257,10 @@ def test_a_seed_out_of_range_fails_at_iter_naming_seed_and_epoch() -> None:
     ours.set_epoch(1)
     with pytest.raises(ValueError, match=r"got seed=18446744073709551615 \+ epoch=1"):
         iter(ours)
+
+
+def test_flags_written_after_construction_are_checked_when_iterating() -> None:
+    sampler = DistributedSampler(range(10), 2, 0)
+    sampler.drop_last = "yes"
+    with pytest.raises(TypeError, match="drop_last must be a bool, got str 'yes'"):
+        iter(sampler)
