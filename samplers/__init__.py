@@ -5,8 +5,8 @@
 sharding arithmetic every part of the project shares.
 """
 
-from samplers.checks import SeedTypeError
+from samplers.checks import EpochTypeError, SeedTypeError
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
 
-__all__ = ["DistributedSampler", "EpochPlan", "SeedTypeError", "ShardSizes"]
+__all__ = ["DistributedSampler", "EpochPlan", "EpochTypeError", "SeedTypeError", "ShardSizes"]

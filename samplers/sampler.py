@@ -3,51 +3,60 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers import checks
-from samplers.plan import EpochPlan, ShardSizes
+from samplers.plan import EpochPlan, ShardSizes, Strided, Tail
+from samplers.share import ShareIterator
 
 __all__ = ["DistributedSampler"]
 
-#: How many indices are turned into Python ints at a time while iterating.
-_CHUNK = 1 << 16
+_T_co = TypeVar("_T_co", covariant=True)
 
 
-class DistributedSampler(_StockDistributedSampler[int]):
+class DistributedSampler(_StockDistributedSampler[_T_co]):
     """Yields exactly what torch's ``DistributedSampler`` yields, with less memory.
 
     Guarantee: for the same dataset length, ``num_replicas``, ``rank``, ``shuffle``,
     ``seed``, ``epoch`` and ``drop_last``, iteration yields the same indices in the same
     order as the installed torch's stock sampler, and ``len``, ``num_samples`` and
-    ``total_size`` agree. It *is* a subclass of the stock class, so frameworks that call
-    ``set_epoch`` on "any DistributedSampler" keep doing so.
+    ``total_size`` agree. It *is* a subclass of the stock class (generic in the same
+    way: ``DistributedSampler[int]``), so frameworks that call ``set_epoch`` on "any
+    DistributedSampler" keep doing so, and its iterator pickles at any point, like the
+    stock sampler's list iterator.
 
     Where it differs, it is on purpose:
 
     * sizes are computed in integer arithmetic, so datasets of more than 2**53 samples
       get the right length (the stock float ``math.ceil`` does not);
-    * only this rank's share of the epoch order becomes Python ints, and lazily, in
-      chunks; the stock sampler builds a Python list of the whole dataset every epoch;
-    * bad arguments fail at construction with an error naming the argument; the stock
-      sampler reports ``num_replicas=0`` as an invalid rank and a float seed only when
-      iterating. Exception types match the stock ones (a non-integer seed raises
-      :class:`samplers.checks.SeedTypeError`, both a ``TypeError`` and the
-      ``RuntimeError`` torch raises);
+    * only this rank's share of the epoch order is kept once it is drawn (int32 below
+      2**31 samples), and it becomes Python ints lazily, in chunks; the stock sampler
+      builds a Python list of the whole dataset every epoch;
+    * bad arguments fail as early as they can be seen, with an error naming the argument
+      and its value, always an instance of the exception type the stock sampler raises
+      for the same input (later, or with a misleading message): see ``README.md``;
     * ``drop_last=True`` with fewer samples than replicas warns, because every rank
-      then receives nothing;
-    * it is stricter about types: ``shuffle`` and ``drop_last`` must be bools (or 0/1),
-      and ``epoch`` an integer (``set_epoch(1.0)`` raises ``TypeError``), where the
-      stock sampler takes any truthy value or number.
+      then receives nothing, and so does a dataset whose length changed after the
+      sampler was built (the stock sampler silently pads from the stale sizes);
+    * it is stricter about types: ``shuffle`` and ``drop_last`` must be booleans (Python,
+      numpy or 0-d tensor ones) or 0/1, not any truthy value (``shuffle="no"`` would
+      shuffle); ``num_replicas``, ``rank``, ``seed`` and ``epoch`` must be integers
+      (numpy and 0-d tensor integers are accepted), not bools or floats, even where the
+      stock sampler never reads the value (the seed and epoch without shuffling).
 
-    What it keeps from the stock sampler, because changing it would change what ranks
-    receive: without ``drop_last`` the order is padded by repeating its first
-    ``total_size - N`` samples (so evaluation over all ranks counts those twice); with
-    it, the tail of the (shuffled) order is dropped and never seen that epoch.
+    ``tail`` chooses what happens to the last ``N mod W`` samples of the epoch order:
+
+    * ``"pad"`` (the default, ``drop_last=False``): repeat the head of the epoch order
+      so every rank gets ``ceil(N / W)``; a metric summed over ranks counts those twice;
+    * ``"drop"`` (``drop_last=True``): trim the tail, every rank gets ``floor(N / W)``;
+      the trimmed samples are not seen that epoch;
+    * ``"uneven"``: neither: every sample exactly once per epoch, ranks get
+      ``ceil(N / W)`` or one fewer (same order and strided layout as the stock sampler).
+      For exact evaluation; per-step collectives need equal step counts, which
+      :class:`samplers.DistributedBatchSampler` gives.
 
     .. warning::
         Call :meth:`set_epoch` before each epoch, before creating the DataLoader
@@ -62,6 +71,9 @@ class DistributedSampler(_StockDistributedSampler[int]):
         >>> sampler.set_epoch(1)
         >>> len(list(sampler))
         3
+        >>> exact = DistributedSampler(range(10), num_replicas=4, rank=3, tail="uneven")
+        >>> len(exact), exact.total_size
+        (2, 10)
 
     Args:
         dataset: a sized dataset (anything with ``__len__``).
@@ -70,6 +82,7 @@ class DistributedSampler(_StockDistributedSampler[int]):
         shuffle: draw a fresh permutation each epoch from ``seed + epoch``.
         seed: must be the same on every rank.
         drop_last: trim the tail instead of padding, so no sample is repeated.
+        tail: ``"pad"``, ``"drop"`` or ``"uneven"``; ``None`` follows ``drop_last``.
     """
 
     def __init__(
@@ -80,6 +93,8 @@ class DistributedSampler(_StockDistributedSampler[int]):
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
+        *,
+        tail: Tail | None = None,
     ) -> None:
         # The stock __init__ is not called: it computes the sizes in floating point and
         # would read the process group a second time. Every attribute it sets is set here.
@@ -93,18 +108,26 @@ class DistributedSampler(_StockDistributedSampler[int]):
             _from_process_group("rank", dist.get_rank) if rank is None else rank, num_replicas
         )
         drop_last = checks.as_flag("drop_last", drop_last)
-        sizes = ShardSizes.of(dataset_size, num_replicas, drop_last)
+        tail = checks.tail(tail, drop_last)
+        shuffle = checks.as_flag("shuffle", shuffle)
+        seed = checks.seed(seed)
+        if shuffle:
+            checks.seed_fits(seed, 0)
 
         self.dataset = dataset
         self.num_replicas = num_replicas
         self.rank = rank
         self.epoch = 0
-        self.drop_last = drop_last
-        self.num_samples = sizes.num_samples
-        self.total_size = sizes.total_size
-        self.shuffle = checks.as_flag("shuffle", shuffle)
-        self.seed = checks.seed(seed)
-        if drop_last and sizes.num_samples == 0 and dataset_size > 0:
+        self.drop_last = tail == "drop"
+        self.tail: Tail = tail
+        self.shuffle = shuffle
+        self.seed = seed
+        self._built_size = dataset_size
+        self._warned_size = False
+        layout = Strided.of(dataset_size, num_replicas, tail)
+        self.num_samples = layout.count(rank)
+        self.total_size = layout.stop
+        if tail == "drop" and self.num_samples == 0 and dataset_size > 0:
             warnings.warn(
                 f"drop_last=True with {dataset_size} sample{'' if dataset_size == 1 else 's'} "
                 f"over {num_replicas} replicas "
@@ -113,32 +136,65 @@ class DistributedSampler(_StockDistributedSampler[int]):
             )
 
     def plan(self) -> EpochPlan:
-        """The current epoch's plan, read from the attributes as they are now."""
+        """The current epoch's plan, read from the attributes as they are now.
+
+        As in the stock sampler, ``num_samples`` and ``total_size`` are trusted (a
+        subclass may override them) and checked against the dataset's length now.
+        """
         dataset_size = checks.dataset_size(self.dataset)
         num_replicas = checks.world_size(self.num_replicas)
-        sizes = ShardSizes.given(
-            dataset_size,
-            num_replicas,
-            checks.as_flag("drop_last", self.drop_last),
-            rank=checks.rank(self.rank, num_replicas),
-            num_samples=checks.as_int("num_samples", self.num_samples),
-            total_size=checks.as_int("total_size", self.total_size),
-        )
-        return EpochPlan(
-            sizes,
-            shuffle=checks.as_flag("shuffle", self.shuffle),
-            seed=checks.seed(self.seed),
-            epoch=checks.as_int("epoch", self.epoch),
+        rank = checks.rank_when_iterating(self.rank, num_replicas, self.num_samples)
+        drop_last = checks.as_flag("drop_last", self.drop_last, error=checks.AssertionTypeError)
+        tail = checks.tail(self.tail if self.tail == "uneven" else None, drop_last)
+        shuffle = checks.as_flag("shuffle", self.shuffle)
+        seed = checks.seed(self.seed)
+        epoch = checks.epoch(self.epoch)
+        if shuffle:
+            checks.seed_fits(seed, epoch)
+        self._check_size(dataset_size)
+        if tail == "uneven":
+            sizes = ShardSizes.of(dataset_size, num_replicas, drop_last=False)
+            layout = Strided.of(dataset_size, num_replicas, tail)
+        else:
+            sizes = ShardSizes.given(
+                dataset_size,
+                num_replicas,
+                drop_last,
+                rank=rank,
+                num_samples=checks.as_int(
+                    "num_samples", self.num_samples, error=checks.AssertionTypeError
+                ),
+                total_size=checks.as_int("total_size", self.total_size),
+            )
+            layout = Strided.stock(sizes)
+        return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+
+    def _check_size(self, dataset_size: int) -> None:
+        """Warn once when the dataset's length changed after the sampler was built."""
+        if dataset_size == self._built_size or self._warned_size:
+            return
+        if self.tail != "uneven" and dataset_size > self._built_size:
+            return  # the sizes cannot fit: ShardSizes.given raises the stock assertion
+        self._warned_size = True
+        if self.tail == "uneven":
+            effect = "it shares out the current samples, but len(sampler) is stale"
+        else:
+            effect = (
+                f"as the stock sampler does, it still pads to total_size={self.total_size}, "
+                "repeating more samples than the new length needs"
+            )
+        warnings.warn(
+            f"len(dataset) changed from {self._built_size} to {dataset_size} after the "
+            f"sampler was built: {effect}; build a new sampler after changing the dataset",
+            stacklevel=3,
         )
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> ShareIterator:  # type: ignore[override]
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
         plan = self.plan()
-        if plan.shuffle:
-            _ = plan.order
-        return _python_ints(plan, checks.rank(self.rank, plan.sizes.world_size))
+        return ShareIterator(plan, self.rank)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -147,37 +203,39 @@ class DistributedSampler(_StockDistributedSampler[int]):
         """Use ``seed + epoch`` for the next iteration's permutation.
 
         Call it before every epoch, with a different ``epoch`` each time; without it,
-        every epoch repeats the order of epoch 0.
+        every epoch repeats the order of epoch 0. ``epoch`` must be an integer, and
+        with shuffling ``seed + epoch`` must fit ``torch.Generator.manual_seed``.
         """
-        self.epoch = checks.as_int("epoch", epoch)
+        epoch = checks.epoch(epoch)
+        if self.shuffle is True and isinstance(self.seed, int):
+            # Fail here rather than at iter() when the permutation cannot be seeded.
+            checks.seed_fits(self.seed, epoch)
+        self.epoch = epoch
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_replicas={self.num_replicas}, rank={self.rank}, "
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
-            f"epoch={self.epoch}, num_samples={self.num_samples})"
+            f"tail={self.tail!r}, epoch={self.epoch}, num_samples={self.num_samples})"
         )
 
 
 def _from_process_group(name: str, read: Any) -> int:
-    """``num_replicas`` or ``rank`` from the default process group, or a clear error."""
+    """``num_replicas`` or ``rank`` from the default process group, or a clear error.
+
+    The messages start with the stock ones (``Requires distributed package to be
+    available``, torch's ``Default process group has not been initialized, ...``).
+    """
     if not dist.is_available():
         raise RuntimeError(
-            f"{name} was not given and torch.distributed is not available in this build"
+            f"Requires distributed package to be available: {name} was not given and "
+            "torch.distributed is not available in this build"
         )
     if not dist.is_initialized():
         raise ValueError(
-            f"{name} was not given and no default process group is initialised: pass "
-            "num_replicas and rank, or call torch.distributed.init_process_group first"
+            "Default process group has not been initialized, please make sure to call "
+            f"init_process_group. ({name} was not given, so it is read from the default "
+            "process group: pass num_replicas and rank, or call "
+            "torch.distributed.init_process_group first)"
         )
     return int(read())
-
-
-def _python_ints(plan: EpochPlan, rank: int) -> Iterator[int]:
-    """Yield the rank's share as Python ints, planning and converting a chunk at a time.
-
-    Only the epoch order (when shuffling) is held whole, as an int64 tensor; the share
-    itself is never built, so an unshuffled sampler over any size runs in constant memory.
-    """
-    for start in range(0, plan.sizes.num_samples, _CHUNK):
-        yield from plan.rank_indices(rank, start, start + _CHUNK).tolist()

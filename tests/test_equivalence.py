@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +28,22 @@ def test_every_rank_matches_stock(config: Config) -> None:
         assert list(config.for_rank(rank).build()) == list(
             config.for_rank(rank).build(StockSampler)
         )
+
+
+@given(configs(max_size=3_000, max_world=8), st.data())
+def test_a_partly_consumed_iterator_pickles_and_yields_the_rest(
+    config: Config, data: st.DataObject
+) -> None:
+    ours, stock = config.build(), config.build(StockSampler)
+    stock_iterator = iter(stock)
+    iterator = iter(ours)
+    consumed = data.draw(st.integers(0, len(ours)))
+    head = [next(iterator) for _ in range(consumed)]
+    assert head == [next(stock_iterator) for _ in range(consumed)]
+    copy = pickle.loads(pickle.dumps(iterator))
+    rest = list(stock_iterator)
+    assert list(copy) == rest
+    assert list(iterator) == rest  # the original is unaffected
 
 
 def _loader_batches(sampler, batch_size: int, drop_last: bool, num_workers: int) -> list:

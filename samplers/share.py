@@ -1,0 +1,174 @@
+"""Iterators over one rank's share of one epoch: lazy, picklable, and counting progress.
+
+Guarantee: :class:`ShareIterator` yields exactly ``plan.rank_indices(rank)[taken:]`` as
+Python ints and :class:`BatchIterator` exactly ``plan.rank_batches(rank)[taken:]``; both
+turn indices into Python objects one chunk at a time. Pickled at any point, either
+stores only the plan's settings, the rank and how far it got (a few hundred bytes,
+whatever the dataset size) and, unpickled, yields exactly the rest.
+
+``taken`` is the count of indices (batches) handed out so far: the progress a
+checkpoint records.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from samplers.plan import Batched, EpochPlan, ExplicitOrder, RandpermOrder, Strided
+
+__all__ = ["CHUNK", "BatchIterator", "ShareIterator"]
+
+#: How many indices are turned into Python ints at a time.
+CHUNK = 1 << 16
+
+
+class ShareIterator(Iterator[int]):
+    """``rank``'s indices of a strided plan, from ``taken`` on.
+
+    The epoch order is drawn when the iterator is created (as the stock sampler draws it
+    in ``iter()``). A drawn permutation is then cut down to this rank's share, so the
+    rest of the order is freed: the iterator holds ``N / W`` indices, in int32 below
+    2**31 samples. An unshuffled order is never materialised: each chunk is computed
+    from its positions, so any dataset size runs in constant memory.
+    """
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        if not isinstance(plan.layout, Strided):
+            raise TypeError("ShareIterator needs a plan with a Strided layout")
+        self._setup(plan, rank, taken)
+
+    def _setup(self, plan: EpochPlan, rank: int, taken: int) -> None:
+        self.rank = rank
+        self.count = plan.layout.count(rank)
+        if not 0 <= taken <= self.count:
+            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
+        self._share = _share(plan, rank)
+        # Keep the settings, not a drawn order: the share holds what is still needed.
+        self._plan = plan if self._share is None else plan.without_order()
+        self._end = taken  # slot where the current chunk ends
+        self._current: Iterator[int] = iter(())
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The epoch plan this iterator walks."""
+        return self._plan
+
+    @property
+    def taken(self) -> int:
+        """How many indices have been yielded."""
+        return self._end - operator.length_hint(self._current)
+
+    def __iter__(self) -> ShareIterator:
+        return self
+
+    def __next__(self) -> int:
+        try:
+            return next(self._current)
+        except StopIteration:
+            pass
+        if self._end >= self.count:
+            raise StopIteration
+        start, self._end = self._end, min(self._end + CHUNK, self.count)
+        if self._share is not None:
+            chunk = self._share[start : self._end].tolist()
+        else:
+            chunk = self._plan.rank_indices(self.rank, start, self._end).tolist()
+        self._current = iter(chunk)
+        return next(self._current)
+
+    def __length_hint__(self) -> int:
+        return self.count - self.taken
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self._plan, "rank": self.rank, "taken": self.taken}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._setup(state["plan"], state["rank"], state["taken"])
+
+
+def _share(plan: EpochPlan, rank: int) -> torch.Tensor | None:
+    """The rank's whole share cut from a drawn order, or None to compute chunks lazily."""
+    ordering = plan.ordering
+    if isinstance(ordering, RandpermOrder):
+        table = ordering.table
+    elif isinstance(ordering, ExplicitOrder):
+        table = ordering.indices
+    else:
+        return None
+    layout = plan.layout
+    assert isinstance(layout, Strided)
+    size = plan.sizes.dataset_size
+    first = layout.start + rank
+    inside = table[min(first, size) : min(layout.stop, size) : layout.world_size]
+    padded = layout.positions(rank, inside.numel())
+    if padded.numel() == 0:
+        # A view of the whole table when it is all this rank's; otherwise a copy, so the
+        # table itself can be freed.
+        return inside if inside.numel() == table.numel() else inside.clone()
+    return torch.cat([inside.long(), plan.indices_at(padded)])
+
+
+class BatchIterator(Iterator[list[int]]):
+    """``rank``'s batches of a batched plan, from batch ``taken`` on, as lists of ints."""
+
+    #: Batches turned into lists at a time.
+    STEPS = 256
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        if not isinstance(plan.layout, Batched):
+            raise TypeError("BatchIterator needs a plan with a Batched layout")
+        self._setup(plan, rank, taken)
+
+    def _setup(self, plan: EpochPlan, rank: int, taken: int) -> None:
+        self._plan = plan
+        self.rank = rank
+        self.count = plan.layout.count(rank)
+        if not 0 <= taken <= self.count:
+            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
+        _draw(plan)
+        self._end = taken
+        self._current: Iterator[list[int]] = iter(())
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The epoch plan this iterator walks."""
+        return self._plan
+
+    @property
+    def taken(self) -> int:
+        """How many batches have been yielded."""
+        return self._end - operator.length_hint(self._current)
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> list[int]:
+        try:
+            return next(self._current)
+        except StopIteration:
+            pass
+        if self._end >= self.count:
+            raise StopIteration
+        start, self._end = self._end, min(self._end + self.STEPS, self.count)
+        self._current = iter(self._plan.rank_batches(self.rank, start, self._end))
+        return next(self._current)
+
+    def __length_hint__(self) -> int:
+        return self.count - self.taken
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self._plan.without_order(), "rank": self.rank, "taken": self.taken}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._setup(state["plan"], state["rank"], state["taken"])
+
+
+def _draw(plan: EpochPlan) -> None:
+    """Draw a shuffled order now (a bad seed raises here, as in the stock ``iter()``)."""
+    ordering = plan.ordering
+    if isinstance(ordering, RandpermOrder):
+        _ = ordering.table
