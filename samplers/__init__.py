@@ -1,12 +1,34 @@
 """Distributed samplers that say exactly what each rank receives.
 
-:class:`DistributedSampler` is a drop-in replacement for
-``torch.utils.data.distributed.DistributedSampler``; :mod:`samplers.plan` holds the
-sharding arithmetic every part of the project shares.
+* :class:`DistributedSampler`: a drop-in replacement for
+  ``torch.utils.data.distributed.DistributedSampler`` (bit-identical by default), with
+  ``tail="uneven"`` for exactly-once epochs;
+* :class:`DistributedBatchSampler`: batch-aware sharding, the same number of batches on
+  every rank for every tail policy;
+* :class:`DistributedSamplerWrapper`: shards the stream of any sampler;
+* :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
+  exact distributed evaluation.
+
+:mod:`samplers.plan` holds the sharding arithmetic every part of the project shares.
 """
 
+from samplers.agreement import InconsistentRanksError
+from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import EpochTypeError, SeedTypeError
+from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
+from samplers.wrapper import DistributedSamplerWrapper
 
-__all__ = ["DistributedSampler", "EpochPlan", "EpochTypeError", "SeedTypeError", "ShardSizes"]
+__all__ = [
+    "DistributedBatchSampler",
+    "DistributedSampler",
+    "DistributedSamplerWrapper",
+    "EpochPlan",
+    "EpochTypeError",
+    "InconsistentRanksError",
+    "SeedTypeError",
+    "ShardSizes",
+    "gather_unsharded",
+    "unshard",
+]

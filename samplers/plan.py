@@ -492,6 +492,8 @@ class EpochPlan:
     epoch: int
     layout: Layout = None  # type: ignore[assignment]
     permutation: Permutation = "randperm"
+    #: A given order (a wrapped sampler's stream) instead of one drawn from the settings.
+    order_given: Order | None = None
 
     def __post_init__(self) -> None:
         if self.layout is None:
@@ -528,7 +530,13 @@ class EpochPlan:
     def without_order(self) -> EpochPlan:
         """The same plan without its drawn order (it is drawn again on first use)."""
         return EpochPlan(
-            self.sizes, self.shuffle, self.seed, self.epoch, self.layout, self.permutation
+            self.sizes,
+            self.shuffle,
+            self.seed,
+            self.epoch,
+            self.layout,
+            self.permutation,
+            self.order_given,
         )
 
     def __getstate__(self) -> dict[str, object]:
@@ -543,6 +551,8 @@ class EpochPlan:
     @cached_property
     def ordering(self) -> Order:
         """The epoch order as an :class:`Order` (drawn lazily)."""
+        if self.order_given is not None:
+            return self.order_given
         return make_order(
             self.sizes.dataset_size,
             shuffle=self.shuffle,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import Any, TypeVar
 
-import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import checks
+from samplers import agreement, checks
+from samplers.epochs import EpochCounter
 from samplers.plan import EpochPlan, ShardSizes, Strided, Tail
 from samplers.share import ShareIterator
 
@@ -17,7 +17,7 @@ __all__ = ["DistributedSampler"]
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class DistributedSampler(_StockDistributedSampler[_T_co]):
+class DistributedSampler(EpochCounter, _StockDistributedSampler[_T_co]):
     """Yields exactly what torch's ``DistributedSampler`` yields, with less memory.
 
     Guarantee: for the same dataset length, ``num_replicas``, ``rank``, ``shuffle``,
@@ -91,26 +91,20 @@ class DistributedSampler(_StockDistributedSampler[_T_co]):
         num_replicas: int | None = None,
         rank: int | None = None,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: int | None = 0,
         drop_last: bool = False,
         *,
         tail: Tail | None = None,
+        auto_epoch: bool = False,
     ) -> None:
         # The stock __init__ is not called: it computes the sizes in floating point and
         # would read the process group a second time. Every attribute it sets is set here.
         dataset_size = checks.dataset_size(dataset)
-        num_replicas = checks.world_size(
-            _from_process_group("num_replicas", dist.get_world_size)
-            if num_replicas is None
-            else num_replicas
-        )
-        rank = checks.rank(
-            _from_process_group("rank", dist.get_rank) if rank is None else rank, num_replicas
-        )
+        num_replicas, rank = checks.placement(num_replicas, rank)
         drop_last = checks.as_flag("drop_last", drop_last)
         tail = checks.tail(tail, drop_last)
         shuffle = checks.as_flag("shuffle", shuffle)
-        seed = checks.seed(seed)
+        seed = checks.seed_or_agreed(seed)
         if shuffle:
             checks.seed_fits(seed, 0)
 
@@ -122,6 +116,7 @@ class DistributedSampler(_StockDistributedSampler[_T_co]):
         self.tail: Tail = tail
         self.shuffle = shuffle
         self.seed = seed
+        self._init_epochs(auto_epoch)
         self._built_size = dataset_size
         self._warned_size = False
         layout = Strided.of(dataset_size, num_replicas, tail)
@@ -193,24 +188,35 @@ class DistributedSampler(_StockDistributedSampler[_T_co]):
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
+        self._start_epoch(self.shuffle is True)
         plan = self.plan()
         return ShareIterator(plan, self.rank)
 
     def __len__(self) -> int:
         return self.num_samples
 
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``seed + epoch`` for the next iteration's permutation.
+    def settings(self) -> dict[str, Any]:
+        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
+        return {
+            "sampler": type(self).__name__,
+            "dataset length": len(self.dataset),
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "tail": self.tail if self.tail == "uneven" else ("drop" if self.drop_last else "pad"),
+        }
 
-        Call it before every epoch, with a different ``epoch`` each time; without it,
-        every epoch repeats the order of epoch 0. ``epoch`` must be an integer, and
-        with shuffling ``seed + epoch`` must fit ``torch.Generator.manual_seed``.
+    def check_consistent(self, group: Any = None) -> None:
+        """Collective: raise on every rank unless all ranks' samplers agree.
+
+        Compares dataset length, ``num_replicas``, seed, epoch, shuffle and tail, and
+        that the ranks are ``0 .. num_replicas - 1`` once each; the error names the
+        ranks that differ and their values. Call it on every rank at the same point,
+        e.g. after building the sampler and after each ``set_epoch``.
         """
-        epoch = checks.epoch(epoch)
-        if self.shuffle is True and isinstance(self.seed, int):
-            # Fail here rather than at iter() when the permutation cannot be seeded.
-            checks.seed_fits(self.seed, epoch)
-        self.epoch = epoch
+        agreement.check_consistent(self.settings(), group)
 
     def __repr__(self) -> str:
         return (
@@ -218,24 +224,3 @@ class DistributedSampler(_StockDistributedSampler[_T_co]):
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
             f"tail={self.tail!r}, epoch={self.epoch}, num_samples={self.num_samples})"
         )
-
-
-def _from_process_group(name: str, read: Any) -> int:
-    """``num_replicas`` or ``rank`` from the default process group, or a clear error.
-
-    The messages start with the stock ones (``Requires distributed package to be
-    available``, torch's ``Default process group has not been initialized, ...``).
-    """
-    if not dist.is_available():
-        raise RuntimeError(
-            f"Requires distributed package to be available: {name} was not given and "
-            "torch.distributed is not available in this build"
-        )
-    if not dist.is_initialized():
-        raise ValueError(
-            "Default process group has not been initialized, please make sure to call "
-            f"init_process_group. ({name} was not given, so it is read from the default "
-            "process group: pass num_replicas and rank, or call "
-            "torch.distributed.init_process_group first)"
-        )
-    return int(read())

@@ -1,0 +1,156 @@
+"""Batch-aware sharding: every rank the same number of batches, for every tail policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import Sampler
+
+from samplers import agreement, checks
+from samplers.epochs import EpochCounter
+from samplers.plan import Batched, EpochPlan, ShardSizes, Tail
+from samplers.share import BatchIterator
+
+__all__ = ["DistributedBatchSampler"]
+
+
+class DistributedBatchSampler(EpochCounter, Sampler[list[int]]):
+    """Yields this rank's batches of the epoch; every rank yields the same number.
+
+    Guarantee: whenever the dataset has at least as many samples as ranks, every rank
+    yields the same number of batches (``len(sampler)``), so a collective run once per
+    batch (DDP's gradient all-reduce, a metric ``all_reduce``) cannot wait forever on a
+    rank that has finished. Why: batches are laid out a step at a time, one batch per
+    rank per step (step ``k`` takes a contiguous range of the epoch order), instead of
+    sharding samples first and batching each share afterwards, which leaves ranks with
+    different batch counts as soon as shares differ in length.
+
+    After ``k`` steps the ranks have together consumed exactly the first positions of the
+    epoch order (the same order as :class:`samplers.DistributedSampler`), which is what
+    resuming on another world size builds on.
+
+    ``tail`` decides the last, partial step:
+
+    * ``"pad"`` (default): every batch is full; the last step repeats the head of the
+      epoch order, fewer than ``num_replicas * batch_size`` samples twice;
+    * ``"drop"``: every batch is full; fewer than ``num_replicas * batch_size`` samples
+      at the tail of the order are not seen that epoch (others each epoch when shuffling);
+    * ``"uneven"``: every sample exactly once per epoch, batch sizes balanced (all of the
+      epoch's batches differ by at most one in size), and with at least
+      ``num_replicas * batch_size`` samples no batch smaller than ``batch_size // 2``:
+      exact evaluation without tiny batches and without hangs. One honest exception: with
+      ``batch_size=1``, exactly once and equal counts both hold only when
+      ``num_replicas`` divides the dataset size; otherwise some ranks' last batch is
+      empty (``[]``), which a loop must skip (its collectives still run).
+
+    .. warning::
+        Call :meth:`set_epoch` before each epoch (or pass ``auto_epoch=True``);
+        otherwise every epoch uses the same order.
+
+    Example::
+
+        >>> from torch.utils.data import DataLoader
+        >>> sampler = DistributedBatchSampler(range(10), 2, num_replicas=3, rank=0,
+        ...                                   shuffle=False, tail="uneven")
+        >>> [len(DistributedBatchSampler(range(10), 2, num_replicas=3, rank=r,
+        ...      tail="uneven")) for r in range(3)]
+        [2, 2, 2]
+        >>> list(sampler)
+        [[0, 1], [6, 7]]
+        >>> [batch.tolist() for batch in DataLoader(range(10), batch_sampler=sampler)]
+        [[0, 1], [6, 7]]
+
+    Args:
+        dataset: a sized dataset (anything with ``__len__``).
+        batch_size: samples per batch (at least 1).
+        num_replicas: number of ranks; default: the default process group's world size.
+        rank: this process's rank in ``[0, num_replicas)``; default: from the process group.
+        shuffle: draw a fresh permutation each epoch from ``seed + epoch``.
+        seed: must be the same on every rank; ``None``: one random seed agreed by all
+            ranks (broadcast from rank 0; a collective).
+        tail: ``"pad"``, ``"drop"`` or ``"uneven"``.
+        auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int | None = 0,
+        *,
+        tail: Tail = "pad",
+        auto_epoch: bool = False,
+    ) -> None:
+        checks.dataset_size(dataset)
+        self.batch_size = checks.positive("batch_size", batch_size)
+        self.num_replicas, self.rank = checks.placement(num_replicas, rank)
+        self.tail: Tail = checks.tail(tail, drop_last=False)
+        self.shuffle = checks.as_flag("shuffle", shuffle)
+        self.seed = checks.seed_or_agreed(seed)
+        if self.shuffle:
+            checks.seed_fits(self.seed, 0)
+        self.dataset = dataset
+        self.epoch = 0
+        self._init_epochs(auto_epoch)
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the tail of the epoch order is dropped (``tail="drop"``)."""
+        return self.tail == "drop"
+
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan, read from the attributes as they are now."""
+        dataset_size = checks.dataset_size(self.dataset)
+        num_replicas = checks.world_size(self.num_replicas)
+        checks.rank(self.rank, num_replicas)
+        tail = checks.tail(self.tail, drop_last=False)
+        shuffle = checks.as_flag("shuffle", self.shuffle)
+        seed = checks.seed(self.seed)
+        epoch = checks.epoch(self.epoch)
+        if shuffle:
+            checks.seed_fits(seed, epoch)
+        layout = Batched(
+            dataset_size, num_replicas, checks.positive("batch_size", self.batch_size), tail
+        )
+        sizes = ShardSizes.of(dataset_size, num_replicas, drop_last=tail == "drop")
+        return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+
+    def __iter__(self) -> BatchIterator:
+        self._start_epoch(self.shuffle is True)
+        return BatchIterator(self.plan(), self.rank)
+
+    def __len__(self) -> int:
+        """Batches per rank this epoch: the same on every rank."""
+        return self.plan().layout.count(self.rank)
+
+    def settings(self) -> dict[str, Any]:
+        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
+        return {
+            "sampler": type(self).__name__,
+            "dataset length": len(self.dataset),
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "tail": self.tail,
+            "batch_size": self.batch_size,
+        }
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Collective: raise on every rank unless all ranks' samplers agree.
+
+        Compares dataset length, ``num_replicas``, seed, epoch, shuffle, tail and batch
+        size, and that the ranks are ``0 .. num_replicas - 1`` once each.
+        """
+        agreement.check_consistent(self.settings(), group)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(batch_size={self.batch_size}, "
+            f"num_replicas={self.num_replicas}, rank={self.rank}, shuffle={self.shuffle}, "
+            f"seed={self.seed}, tail={self.tail!r}, epoch={self.epoch})"
+        )

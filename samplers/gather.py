@@ -1,0 +1,109 @@
+"""Exact distributed evaluation: every sample's result exactly once, in dataset order.
+
+A distributed sampler hands each rank its share of the epoch; evaluation produces one
+result per sample handed out. :func:`unshard` puts the ranks' results back where they
+belong using the sampler's own plan (the same arithmetic that produced the shares), so it
+is exact for every tail policy, shuffled or not, for the strided samplers and the batch
+sampler alike: padded repeats are dropped, and with ``"drop"`` the samples no rank saw
+are ``None``. :func:`gather_unsharded` does the gathering over the process group too.
+
+Results can be any Python objects (a score, a dict of detections, a tensor); only their
+count and order matter. That covers metrics that do not decompose per sample (ROC AUC,
+COCO-style mAP): compute them once, on the unsharded list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from samplers.plan import EpochPlan
+
+__all__ = ["Planned", "gather_unsharded", "unshard"]
+
+
+class Planned(Protocol):
+    """Anything with the plan of its epoch: the samplers of this package."""
+
+    def plan(self) -> EpochPlan: ...
+
+
+def _plan_of(sampler: Planned | EpochPlan) -> EpochPlan:
+    if isinstance(sampler, EpochPlan):
+        return sampler
+    plan = getattr(sampler, "plan", None)
+    if not callable(plan):
+        raise TypeError(
+            "sampler must be one of this package's samplers (with a plan() method) or an "
+            f"EpochPlan, got {type(sampler).__name__}"
+        )
+    return plan()
+
+
+def _rank_positions(plan: EpochPlan, rank: int) -> torch.Tensor:
+    positions = plan.layout.positions(rank)
+    if isinstance(positions, list):
+        return torch.cat(positions) if positions else torch.empty(0, dtype=torch.int64)
+    return positions
+
+
+def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> list[Any]:
+    """Each sample's result exactly once, in dataset order (index ``i`` at ``[i]``).
+
+    ``parts[r]`` holds rank ``r``'s per-sample results in the order rank ``r``'s sampler
+    yielded the samples (for the batch sampler: its batches concatenated). ``sampler`` is
+    any rank's sampler of the same configuration, at the epoch the results are from (its
+    ``plan()`` is read; or pass that ``EpochPlan``). Samples no rank received (tail
+    ``"drop"``) hold ``None``. Raises ``ValueError`` when the number of parts is not the
+    world size or a part's length is not what its rank was handed.
+    """
+    plan = _plan_of(sampler)
+    world_size = plan.layout.world_size
+    size = plan.sizes.dataset_size
+    if len(parts) != world_size:
+        raise ValueError(f"parts must hold one sequence per rank ({world_size}), got {len(parts)}")
+    results: list[Any] = [None] * size
+    for rank, part in enumerate(parts):
+        positions = _rank_positions(plan, rank)
+        if len(part) != positions.numel():
+            raise ValueError(
+                f"parts[{rank}] must hold one result per sample rank {rank} received "
+                f"({positions.numel()}), got {len(part)}"
+            )
+        inside = positions < size
+        indices = plan.indices_at(positions[inside]).tolist()
+        kept = torch.nonzero(inside).flatten().tolist()
+        for index, slot in zip(indices, kept, strict=True):
+            results[index] = part[slot]
+    return results
+
+
+def gather_unsharded(
+    local_results: Sequence[Any],
+    sampler: Planned | EpochPlan,
+    dst: int | None = None,
+    group: Any = None,
+) -> list[Any] | None:
+    """Collective: gather every rank's results and :func:`unshard` them.
+
+    ``local_results`` are this rank's per-sample results in the order its sampler yielded
+    the samples; they must be picklable. With ``dst=None`` every rank receives the
+    unsharded list (``all_gather_object``); otherwise only rank ``dst`` does
+    (``gather_object``) and the others get ``None``. Every rank of ``group`` must call it.
+    """
+    world_size = dist.get_world_size(group)
+    local = list(local_results)
+    if dst is None:
+        everyone: list[Any] = [None] * world_size
+        dist.all_gather_object(everyone, local, group=group)
+        return unshard(everyone, sampler)
+    if dist.get_rank(group) == dst:
+        received: list[Any] | None = [None] * world_size
+    else:
+        received = None
+    destination = dist.get_global_rank(group, dst) if group is not None else dst
+    dist.gather_object(local, received, dst=destination, group=group)
+    return None if received is None else unshard(received, sampler)

@@ -1,0 +1,194 @@
+"""Shard the stream of any sampler: ranks get disjoint parts of one identical stream."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from samplers import agreement, checks
+from samplers.epochs import EpochCounter
+from samplers.plan import EpochPlan, ExplicitOrder, ShardSizes, Strided, Tail, checked_key
+from samplers.share import ShareIterator
+
+__all__ = ["DistributedSamplerWrapper"]
+
+
+class DistributedSamplerWrapper(EpochCounter, Sampler[int]):
+    """Shards any sampler's stream (weighted, subset, custom) across ranks, exactly.
+
+    Guarantee: every rank draws the *same* stream from the wrapped sampler each epoch,
+    and the ranks take disjoint strided parts of it (with the same ``tail`` policies as
+    :class:`samplers.DistributedSampler`), so together they see the stream exactly once
+    (``"uneven"``), padded (``"pad"``) or trimmed (``"drop"``). Why: before drawing, the
+    wrapped sampler's randomness is seeded from ``(seed, epoch)``, identically on every
+    rank, whether it draws from its ``generator`` attribute (``RandomSampler``,
+    ``WeightedRandomSampler``, ``SubsetRandomSampler``) or from the global random number
+    generators (torch's and Python's, and numpy's when numpy is imported); the caller's
+    global RNG state is restored afterwards. The common pattern of letting every rank
+    draw its own, unseeded stream and keep every W-th index gives overlapping parts and
+    loses samples (see the report's wrapper finding).
+
+    ``set_epoch`` reaches the wrapped sampler when it has one. ``len()`` is this rank's
+    share of ``len(sampler)``; the wrapped sampler must yield exactly that many indices.
+
+    Example::
+
+        >>> from torch.utils.data import WeightedRandomSampler
+        >>> weighted = WeightedRandomSampler([0.1, 0.9, 0.5, 0.5], num_samples=8)
+        >>> parts = [list(DistributedSamplerWrapper(weighted, 2, r, seed=3)) for r in (0, 1)]
+        >>> [len(part) for part in parts]
+        [4, 4]
+
+    Args:
+        sampler: any sampler yielding dataset indices, with ``__len__``.
+        num_replicas: number of ranks; default: the default process group's world size.
+        rank: this process's rank in ``[0, num_replicas)``; default: from the process group.
+        seed: seeds the wrapped sampler's stream with ``seed + epoch``; the same on every
+            rank (``None``: one random seed agreed by all ranks, a collective).
+        tail: ``"pad"``, ``"drop"`` or ``"uneven"``.
+        auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+    """
+
+    def __init__(
+        self,
+        sampler: Any,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int | None = 0,
+        *,
+        tail: Tail = "pad",
+        auto_epoch: bool = False,
+    ) -> None:
+        if not hasattr(sampler, "__iter__"):
+            raise TypeError(f"sampler must be iterable, got {type(sampler).__name__}")
+        if not hasattr(type(sampler), "__len__"):
+            raise TypeError(
+                f"sampler must have a length (__len__), got {type(sampler).__name__} without one"
+            )
+        self.sampler = sampler
+        self.num_replicas, self.rank = checks.placement(num_replicas, rank)
+        self.tail: Tail = checks.tail(tail, drop_last=False)
+        self.seed = checks.seed_or_agreed(seed)
+        checks.seed_fits(self.seed, 0)
+        self.shuffle = True  # the stream is seeded from (seed, epoch)
+        self.epoch = 0
+        self._init_epochs(auto_epoch)
+        self._stream: tuple[tuple[int, int], torch.Tensor] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``seed + epoch`` for the next stream; the wrapped sampler's too."""
+        super().set_epoch(epoch)
+        inner_set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(inner_set_epoch):
+            inner_set_epoch(self.epoch)
+
+    def stream(self) -> torch.Tensor:
+        """The wrapped sampler's stream for the current epoch, as every rank draws it."""
+        seed, epoch = checks.seed(self.seed), checks.epoch(self.epoch)
+        if self._stream is not None and self._stream[0] == (seed, epoch):
+            return self._stream[1]
+        key = checked_key(seed, epoch)
+        with _seeded(self.sampler, key):
+            drawn = [_index(value) for value in self.sampler]
+        expected = len(self.sampler)
+        if len(drawn) != expected:
+            raise ValueError(
+                f"the wrapped sampler yielded {len(drawn)} indices but its len() is {expected}"
+            )
+        stream = torch.tensor(drawn, dtype=torch.int64)
+        self._stream = ((seed, epoch), stream)
+        return stream
+
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan: the stream, laid out by ``tail``."""
+        num_replicas = checks.world_size(self.num_replicas)
+        checks.rank(self.rank, num_replicas)
+        tail = checks.tail(self.tail, drop_last=False)
+        stream = self.stream()
+        size = stream.numel()
+        sizes = ShardSizes.of(size, num_replicas, drop_last=tail == "drop")
+        plan = EpochPlan(
+            sizes,
+            shuffle=True,
+            seed=self.seed,
+            epoch=self.epoch,
+            layout=Strided.of(size, num_replicas, tail),
+            order_given=ExplicitOrder(stream),
+        )
+        return plan
+
+    def __iter__(self) -> Iterator[int]:
+        self._start_epoch(True)
+        return ShareIterator(self.plan(), self.rank)
+
+    def __len__(self) -> int:
+        tail = checks.tail(self.tail, drop_last=False)
+        layout = Strided.of(len(self.sampler), checks.world_size(self.num_replicas), tail)
+        return layout.count(self.rank)
+
+    def settings(self) -> dict[str, Any]:
+        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
+        return {
+            "sampler": type(self).__name__,
+            "wrapped sampler": type(self.sampler).__name__,
+            "wrapped length": len(self.sampler),
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "tail": self.tail,
+        }
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Collective: raise on every rank unless all ranks' wrappers agree."""
+        agreement.check_consistent(self.settings(), group)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.sampler!r}, num_replicas={self.num_replicas}, "
+            f"rank={self.rank}, seed={self.seed}, tail={self.tail!r}, epoch={self.epoch})"
+        )
+
+
+def _index(value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            "the wrapped sampler must yield dataset indices (integers), got "
+            f"{type(value).__name__} {value!r}; wrap a sampler, not a batch sampler"
+        ) from None
+
+
+@contextlib.contextmanager
+def _seeded(sampler: Any, key: int) -> Iterator[None]:
+    """Seed everything the wrapped sampler may draw from with ``key``; restore after."""
+    generator = torch.Generator()
+    generator.manual_seed(key)
+    python_state = random.getstate()
+    numpy = sys.modules.get("numpy")
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    has_generator = hasattr(sampler, "generator")
+    saved = sampler.generator if has_generator else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(key)
+            random.seed(key)
+            if numpy is not None:
+                numpy.random.seed(key % 2**32)
+            if has_generator:
+                sampler.generator = generator
+            yield
+    finally:
+        if has_generator:
+            sampler.generator = saved
+        random.setstate(python_state)
+        if numpy is not None:
+            numpy.random.set_state(numpy_state)
