@@ -7,14 +7,14 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from samplers import agreement, checks
-from samplers.epochs import EpochCounter
-from samplers.plan import Batched, EpochPlan, ShardSizes, Tail
+from samplers.plan import Batched, EpochPlan, Layout, ShardSizes, Tail
+from samplers.resume import Resumable
 from samplers.share import BatchIterator
 
 __all__ = ["DistributedBatchSampler"]
 
 
-class DistributedBatchSampler(EpochCounter, Sampler[list[int]]):
+class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     """Yields this rank's batches of the epoch; every rank yields the same number.
 
     Guarantee: whenever the dataset has at least as many samples as ranks, every rank
@@ -103,24 +103,40 @@ class DistributedBatchSampler(EpochCounter, Sampler[list[int]]):
 
     def plan(self) -> EpochPlan:
         """The current epoch's plan, read from the attributes as they are now."""
+        return self._plan_with(self._fresh_layout(0))
+
+    def _fresh_layout(self, start: int) -> Layout:
         dataset_size = checks.dataset_size(self.dataset)
         num_replicas = checks.world_size(self.num_replicas)
         checks.rank(self.rank, num_replicas)
         tail = checks.tail(self.tail, drop_last=False)
+        batch_size = checks.positive("batch_size", self.batch_size)
+        return Batched(dataset_size, num_replicas, batch_size, tail, start)
+
+    def _plan_with(self, layout: Layout) -> EpochPlan:
         shuffle = checks.as_flag("shuffle", self.shuffle)
         seed = checks.seed(self.seed)
         epoch = checks.epoch(self.epoch)
         if shuffle:
             checks.seed_fits(seed, epoch)
-        layout = Batched(
-            dataset_size, num_replicas, checks.positive("batch_size", self.batch_size), tail
-        )
-        sizes = ShardSizes.of(dataset_size, num_replicas, drop_last=tail == "drop")
+        sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
         return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+
+    def _dataset_length(self) -> int:
+        return checks.dataset_size(self.dataset)
+
+    def _batch_size(self) -> int | None:
+        return checks.positive("batch_size", self.batch_size)
 
     def __iter__(self) -> BatchIterator:
         self._start_epoch(self.shuffle is True)
-        return BatchIterator(self.plan(), self.rank)
+        resumed = self._resumed_layout()
+        if resumed is None:
+            plan, taken = self.plan(), 0
+        else:
+            plan, taken = self._plan_with(resumed[0]), resumed[1]
+        self._iterator = BatchIterator(plan, self.rank, taken)
+        return self._iterator
 
     def __len__(self) -> int:
         """Batches per rank this epoch: the same on every rank."""

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers import agreement, checks
-from samplers.epochs import EpochCounter
-from samplers.plan import EpochPlan, ShardSizes, Strided, Tail
+from samplers.plan import EpochPlan, Layout, ShardSizes, Strided, Tail
+from samplers.resume import Resumable
 from samplers.share import ShareIterator
 
 __all__ = ["DistributedSampler"]
@@ -17,7 +17,7 @@ __all__ = ["DistributedSampler"]
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class DistributedSampler(EpochCounter, _StockDistributedSampler[_T_co]):
+class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
     """Yields exactly what torch's ``DistributedSampler`` yields, with less memory.
 
     Guarantee: for the same dataset length, ``num_replicas``, ``rank``, ``shuffle``,
@@ -136,20 +136,9 @@ class DistributedSampler(EpochCounter, _StockDistributedSampler[_T_co]):
         As in the stock sampler, ``num_samples`` and ``total_size`` are trusted (a
         subclass may override them) and checked against the dataset's length now.
         """
-        dataset_size = checks.dataset_size(self.dataset)
-        num_replicas = checks.world_size(self.num_replicas)
-        rank = checks.rank_when_iterating(self.rank, num_replicas, self.num_samples)
-        drop_last = checks.as_flag("drop_last", self.drop_last, error=checks.AssertionTypeError)
-        tail = checks.tail(self.tail if self.tail == "uneven" else None, drop_last)
-        shuffle = checks.as_flag("shuffle", self.shuffle)
-        seed = checks.seed(self.seed)
-        epoch = checks.epoch(self.epoch)
-        if shuffle:
-            checks.seed_fits(seed, epoch)
-        self._check_size(dataset_size)
+        dataset_size, num_replicas, rank, drop_last, tail = self._placement()
         if tail == "uneven":
-            sizes = ShardSizes.of(dataset_size, num_replicas, drop_last=False)
-            layout = Strided.of(dataset_size, num_replicas, tail)
+            layout: Layout = Strided.of(dataset_size, num_replicas, tail)
         else:
             sizes = ShardSizes.given(
                 dataset_size,
@@ -161,8 +150,40 @@ class DistributedSampler(EpochCounter, _StockDistributedSampler[_T_co]):
                 ),
                 total_size=checks.as_int("total_size", self.total_size),
             )
-            layout = Strided.stock(sizes)
+            return self._plan_with(Strided.stock(sizes), sizes)
+        return self._plan_with(layout)
+
+    def _placement(self) -> tuple[int, int, int, bool, Tail]:
+        """The validated dataset size, world size, rank, drop_last and tail, as now."""
+        dataset_size = checks.dataset_size(self.dataset)
+        num_replicas = checks.world_size(self.num_replicas)
+        rank = checks.rank_when_iterating(self.rank, num_replicas, self.num_samples)
+        drop_last = checks.as_flag("drop_last", self.drop_last, error=checks.AssertionTypeError)
+        tail = checks.tail(self.tail if self.tail == "uneven" else None, drop_last)
+        self._check_size(dataset_size)
+        return dataset_size, num_replicas, rank, drop_last, tail
+
+    def _plan_with(self, layout: Layout, sizes: ShardSizes | None = None) -> EpochPlan:
+        shuffle = checks.as_flag("shuffle", self.shuffle)
+        seed = checks.seed(self.seed)
+        epoch = checks.epoch(self.epoch)
+        if shuffle:
+            checks.seed_fits(seed, epoch)
+        if sizes is None:
+            sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self._tail() == "drop")
         return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+
+    def _dataset_length(self) -> int:
+        return checks.dataset_size(self.dataset)
+
+    def _tail(self) -> str:
+        if self.tail == "uneven":
+            return "uneven"
+        return "drop" if self.drop_last is True else "pad"
+
+    def _fresh_layout(self, start: int) -> Layout:
+        dataset_size, num_replicas, _, _, tail = self._placement()
+        return Strided.of(dataset_size, num_replicas, tail, start)
 
     def _check_size(self, dataset_size: int) -> None:
         """Warn once when the dataset's length changed after the sampler was built."""
@@ -189,8 +210,14 @@ class DistributedSampler(EpochCounter, _StockDistributedSampler[_T_co]):
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
         self._start_epoch(self.shuffle is True)
-        plan = self.plan()
-        return ShareIterator(plan, self.rank)
+        resumed = self._resumed_layout()
+        if resumed is None:
+            plan, taken = self.plan(), 0
+        else:
+            self._placement()
+            plan, taken = self._plan_with(resumed[0]), resumed[1]
+        self._iterator = ShareIterator(plan, self.rank, taken)
+        return self._iterator
 
     def __len__(self) -> int:
         return self.num_samples

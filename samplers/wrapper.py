@@ -13,14 +13,22 @@ import torch
 from torch.utils.data import Sampler
 
 from samplers import agreement, checks
-from samplers.epochs import EpochCounter
-from samplers.plan import EpochPlan, ExplicitOrder, ShardSizes, Strided, Tail, checked_key
+from samplers.plan import (
+    EpochPlan,
+    ExplicitOrder,
+    Layout,
+    ShardSizes,
+    Strided,
+    Tail,
+    checked_key,
+)
+from samplers.resume import Resumable
 from samplers.share import ShareIterator
 
 __all__ = ["DistributedSamplerWrapper"]
 
 
-class DistributedSamplerWrapper(EpochCounter, Sampler[int]):
+class DistributedSamplerWrapper(Resumable, Sampler[int]):
     """Shards any sampler's stream (weighted, subset, custom) across ranks, exactly.
 
     Guarantee: every rank draws the *same* stream from the wrapped sampler each epoch,
@@ -108,25 +116,39 @@ class DistributedSamplerWrapper(EpochCounter, Sampler[int]):
 
     def plan(self) -> EpochPlan:
         """The current epoch's plan: the stream, laid out by ``tail``."""
+        return self._plan_with(self._fresh_layout(0))
+
+    def _fresh_layout(self, start: int) -> Layout:
         num_replicas = checks.world_size(self.num_replicas)
         checks.rank(self.rank, num_replicas)
         tail = checks.tail(self.tail, drop_last=False)
+        return Strided.of(self._dataset_length(), num_replicas, tail, start)
+
+    def _dataset_length(self) -> int:
+        return len(self.sampler)
+
+    def _plan_with(self, layout: Layout) -> EpochPlan:
         stream = self.stream()
         size = stream.numel()
-        sizes = ShardSizes.of(size, num_replicas, drop_last=tail == "drop")
-        plan = EpochPlan(
+        sizes = ShardSizes.of(size, layout.world_size, drop_last=self.tail == "drop")
+        return EpochPlan(
             sizes,
             shuffle=True,
             seed=self.seed,
             epoch=self.epoch,
-            layout=Strided.of(size, num_replicas, tail),
+            layout=layout,
             order_given=ExplicitOrder(stream),
         )
-        return plan
 
     def __iter__(self) -> Iterator[int]:
         self._start_epoch(True)
-        return ShareIterator(self.plan(), self.rank)
+        resumed = self._resumed_layout()
+        if resumed is None:
+            plan, taken = self.plan(), 0
+        else:
+            plan, taken = self._plan_with(resumed[0]), resumed[1]
+        self._iterator = ShareIterator(plan, self.rank, taken)
+        return self._iterator
 
     def __len__(self) -> int:
         tail = checks.tail(self.tail, drop_last=False)
