@@ -15,6 +15,12 @@ What it writes into ``output``:
 ``summary.csv``
     One row per case of ``cases.csv`` (:func:`studies.summary.summarize`), list columns
     as JSON.
+``experiment.csv``
+    The blog post's experiment (:data:`studies.cases.EXPERIMENT`): the tidy table led by
+    the post's case label, written like ``cases.csv``.
+``<finding>-<table>.csv``
+    A finding's table longer than :data:`studies.findings.LONG_TABLE_ROWS` rows; the
+    finding's Markdown shows its summary and links the file.
 ``MANIFEST``
     The files above. On the next run, files listed there that are no longer generated
     are removed; nothing else in ``output`` is touched.
@@ -37,10 +43,11 @@ from tqdm import tqdm
 from studies import findings as registry
 from studies.cases import EXPERIMENT, Case, grid
 from studies.figures import render_png
-from studies.findings import Table
+from studies.findings import Finding, Table
+from studies.findings import experiment as experiment_finding
 from studies.simulate import simulate
 from studies.summary import summarize
-from studies.tables import to_csv_text
+from studies.tables import to_csv_text, to_labelled_csv_text
 
 __all__ = [
     "MANIFEST",
@@ -86,7 +93,7 @@ def study_cases() -> list[Case]:
 
 
 def table_files(progress: bool = False) -> dict[str, bytes]:
-    """``cases.csv`` and ``summary.csv`` for :func:`study_cases`."""
+    """``cases.csv`` and ``summary.csv`` for :func:`study_cases`, and ``experiment.csv``."""
     cases = study_cases()
     wrap = _progress_wrapper("simulating cases") if progress else None
     rows = simulate(cases, progress=wrap)
@@ -94,6 +101,7 @@ def table_files(progress: bool = False) -> dict[str, bytes]:
     return {
         "cases.csv": to_csv_text(rows).encode(),
         "summary.csv": _summary_csv(summary).encode(),
+        "experiment.csv": to_labelled_csv_text(experiment_finding.simulated(), "case").encode(),
     }
 
 
@@ -111,12 +119,20 @@ def finding_header(module: ModuleType, number: int) -> str:
 
 
 def finding_files(module: ModuleType, number: int) -> dict[str, bytes]:
-    """The finding's Markdown file and pictures, by file name."""
-    finding = registry.build(module)
+    """The finding's Markdown file, pictures and long tables, by file name."""
+    return _files_of(module, number, registry.build(module))
+
+
+def _files_of(module: ModuleType, number: int, finding: Finding) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     parts = [finding_header(module, number), finding.prose.strip() + "\n"]
     for table in finding.tables:
-        parts.append(_table_markdown(table))
+        if table.is_long():
+            filename = f"{finding.name}-{table.name}.csv"
+            files[filename] = _frame_csv(_readable(table.frame)).encode()
+        else:
+            filename = ""
+        parts.append(_table_markdown(table, filename))
     for picture in finding.pictures:
         filename = f"{finding.name}-{picture.name}.png"
         files[filename] = render_png(picture.draw, picture.size)
@@ -223,11 +239,80 @@ def _previously_generated(output: Path) -> set[str]:
     }
 
 
-def _table_markdown(table: Table) -> str:
+#: Headers written in words instead of the code names the tidy tables use.
+HEADERS: dict[str, str] = {
+    "implementation": "sampler",
+    "dataset_size": "dataset size",
+    "world_size": "world size",
+    "batch_size": "batch size",
+    "drop_last": "sampler drop_last",
+    "loader_drop_last": "DataLoader drop_last",
+    "set_epoch": "set_epoch called",
+    "num_workers": "DataLoader workers",
+    "persistent_workers": "persistent workers",
+    "simulated_rows": "batches simulated",
+    "processes_rows": "batches in processes",
+    "match": "same batches",
+    "same_in_process": "reproduced in-process",
+    "label": "run",
+    "source": "from",
+}
+
+#: The implementations' values in words (``implementation`` column).
+IMPLEMENTATION_WORDS: dict[str, str] = {
+    "torch": "stock",
+    "samplers": "ours",
+    "none": "no sampler",
+}
+
+
+def _readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with headers in words and implementations named as in the prose."""
+    if "implementation" in frame.columns:
+        frame = frame.assign(
+            implementation=frame["implementation"].map(lambda v: IMPLEMENTATION_WORDS.get(v, v))
+        )
+    return frame.rename(columns=HEADERS)
+
+
+def _constant_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns holding one value in every row (of a table with two rows or more)."""
+    if len(frame) < 2:
+        return []
+    return [column for column in frame.columns if frame[column].map(_cell_text).nunique() == 1]
+
+
+def _cell_text(value: object) -> str:
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
+def _table_markdown(table: Table, csv_name: str = "") -> str:
+    """A table's section: title, note, the columns that vary, and a line for the rest.
+
+    Columns constant over every row are not repeated down the table: one line says
+    their value. A long table (``csv_name``) shows its summary and links the full CSV.
+    """
     parts = [f"## {table.title}\n"]
     if table.note:
         parts.append(f"{table.note}\n")
-    parts.append(_markdown(table.frame, floatfmt=table.floatfmt, intfmt=table.intfmt))
+    frame = table.frame
+    if csv_name:
+        assert table.summary is not None  # checked by Table
+        parts.append(
+            f"The whole table ({len(frame)} rows) is [{csv_name}]({csv_name}); its summary:\n"
+        )
+        frame = table.summary
+    frame = _readable(frame)
+    constant = _constant_columns(frame)
+    if constant:
+        same = "; ".join(f"{column}: {_cell_text(frame[column].iloc[0])}" for column in constant)
+        parts.append(f"In every row, {same}.\n")
+        frame = frame.drop(columns=constant)
+    floatfmt = table.floatfmt
+    if not isinstance(floatfmt, str):  # one format per column: keep those of the kept ones
+        formats = dict(zip(_readable(table.frame).columns, floatfmt, strict=True))
+        floatfmt = [formats.get(column, "g") for column in frame.columns]
+    parts.append(_markdown(frame, floatfmt=floatfmt, intfmt=table.intfmt))
     return "\n".join(parts)
 
 
@@ -238,8 +323,13 @@ def _markdown(frame: pd.DataFrame, **formats: object) -> str:
 
 def _summary_csv(summary: pd.DataFrame) -> str:
     """The summary as CSV; list columns as JSON lists, as ``cases.csv`` writes indices."""
-    lists = [column for column in summary.columns if summary[column].map(_is_list).any()]
-    encoded = summary.assign(**{column: summary[column].map(json.dumps) for column in lists})
+    return _frame_csv(summary)
+
+
+def _frame_csv(frame: pd.DataFrame) -> str:
+    """Any table as CSV: no index, ``\\n`` line ends, list cells as JSON lists."""
+    lists = [column for column in frame.columns if frame[column].map(_is_list).any()]
+    encoded = frame.assign(**{column: frame[column].map(json.dumps) for column in lists})
     return encoded.to_csv(index=False, lineterminator="\n")
 
 

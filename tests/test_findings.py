@@ -77,14 +77,16 @@ def loader_batches(case: Case, epoch: int) -> list[list[list[int]]]:
     result = []
     for rank in range(case.world_size):
         if case.implementation == "none":
-            generator = torch.Generator()
-            generator.manual_seed(case.seed)
+            # A shuffling DataLoader seeded with the case's seed; none when not shuffling.
+            options = {}
+            if case.shuffle:
+                options["generator"] = torch.Generator().manual_seed(case.seed)
             loader = DataLoader(
                 range(case.dataset_size),
                 batch_size=case.batch_size,
                 shuffle=case.shuffle,
                 drop_last=case.loader_drop_last,
-                generator=generator,
+                **options,
             )
             epochs = [[batch.tolist() for batch in loader] for _ in range(epoch + 1)]
             result.append(epochs[epoch])
@@ -132,7 +134,7 @@ small_cases = st.builds(
 
 def test_experiment_batches() -> None:
     """The experiment table shows exactly what torch's DataLoaders yield, and each labelled
-    case shows its effect."""
+    run shows its effect."""
     finding = build(experiment)
     table = finding.tables[0].frame
     effects = {}
@@ -141,18 +143,22 @@ def test_experiment_batches() -> None:
         rows = table[table["case"] == label].sort_values("rank")
         for rank in range(case.world_size):
             for epoch in range(case.epochs):
-                cell = rows.iloc[rank][f"epoch {epoch}"]
+                cell = rows.iloc[rank][f"torch now, epoch {epoch}"]
                 shown = [] if cell == "-" else [json.loads(b + "]") for b in cell[:-1].split("] ")]
                 assert shown == epochs[epoch][rank], (label, rank, epoch)
-        effects[label.split(":")[0]] = epochs
+        effects[label] = epochs
 
+    assert [label for label, _ in EXPERIMENT] == ["1", "2", "3", "4a", "4b", "5a", "5b", "6", "7"]
     first, second = effects["1"]
-    assert first[0] == first[1] and second[0] == second[1]  # no sampler: ranks repeat work
-    assert effects["2"][0] == effects["2"][1]  # no set_epoch: epoch 1 repeats epoch 0
-    assert effects["3"][0] != effects["3"][1]  # set_epoch: a new order
+    assert first[0] == first[1] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # every rank, in order
+    assert first == second  # no shuffling: both epochs read the dataset in order
+    for label in ("2", "4a", "5a", "6", "7"):
+        assert effects[label][0] == effects[label][1], label  # no set_epoch: a repeat
+    assert effects["3"][0] == effects["2"][0] and effects["3"][0] != effects["3"][1]
+    assert effects["5b"][0] == effects["5a"][0] and effects["5b"][0] != effects["5b"][1]
     assert [len(flat(b)) for b in effects["4a"][0]] == [3, 3]
     assert effects["4b"][0] == [[], []] == effects["4b"][1]  # DataLoader drop_last: empty
-    five = Counter(flat(effects["5"][0][0]) + flat(effects["5"][0][1]))
+    five = Counter(flat(effects["5a"][0][0]) + flat(effects["5a"][0][1]))
     assert sorted(five.values()) == [1, 1, 1, 1, 2]  # padding: one sample twice
     assert [len(b[-1]) for b in effects["6"][0]] == [1, 1]  # batch of one
     assert len(set(flat(effects["7"][0][0]) + flat(effects["7"][0][1]))) == 8  # 2 dropped
