@@ -38,12 +38,16 @@ from studies.findings import (
     collective_evaluation,
     distributed_evaluation,
     drop_last,
+    equal_batches,
     experiment,
+    manual_seed,
     modules,
     padding,
+    persistent_workers,
     real_processes,
     seed_per_rank,
     set_epoch,
+    set_epoch_timing,
     strided_prefix,
     tiny_datasets,
 )
@@ -197,6 +201,135 @@ def test_without_set_epoch_the_dataloader_repeats_epoch_0(case: Case, epochs: in
     loader = DataLoader(range(case.dataset_size), batch_size=case.batch_size, sampler=sampler)
     first = [batch.tolist() for batch in loader]
     assert all([batch.tolist() for batch in loader] == first for _ in range(epochs - 1))
+
+
+# --- set_epoch timing ---------------------------------------------------------------------
+
+
+def test_set_epoch_after_iter_keeps_the_running_order() -> None:
+    zero, one = epoch_order(10, 0, 0), epoch_order(10, 0, 1)
+    for name in SAMPLERS:
+        sampler = build_sampler(name, 10, 1, 0)
+        running = iter(sampler)
+        sampler.set_epoch(1)
+        assert list(running) == zero, name  # the iterator already holds epoch 0's order
+        assert list(sampler) == one, name  # the next iter() uses the new epoch
+        for workers, expected in ((0, one), (2, zero)):
+            sampler = build_sampler(name, 10, 1, 0)
+            loader = DataLoader(range(10), batch_size=5, sampler=sampler, num_workers=workers)
+            running = iter(loader)
+            sampler.set_epoch(1)
+            assert flat([batch.tolist() for batch in running]) == expected, (name, workers)
+            sampler.set_epoch(0)
+            running = iter(loader)
+            first = next(running).tolist()
+            sampler.set_epoch(1)
+            assert first + flat([b.tolist() for b in running]) == zero, (name, workers)
+    table = build(set_epoch_timing).tables[0].frame
+    assert table["ours the same"].all()
+    changed = table[table["that is epoch"] == 1]
+    assert changed[["iterating", "set_epoch(1) called"]].values.tolist() == [
+        ["DataLoader, no workers", "after iter(loader)"]
+    ]
+    assert (table.drop(changed.index)["that is epoch"] == 0).all()
+
+
+# --- torch.manual_seed ----------------------------------------------------------------------
+
+
+def test_sampler_ignores_torch_manual_seed() -> None:
+    state = torch.random.get_rng_state()
+    orders = {}
+    for seed in (0, 1, 7):
+        torch.manual_seed(seed)
+        for name, sampler_class in SAMPLERS.items():
+            orders[name, seed] = list(sampler_class(range(10), num_replicas=2, rank=0))
+        torch.manual_seed(seed)
+        orders["loader", seed] = flat(
+            [b.tolist() for b in DataLoader(range(10), batch_size=10, shuffle=True)]
+        )
+    torch.random.set_rng_state(state)
+    default = epoch_order(10, 0, 0)[0::2]  # seed 0, epoch 0, rank 0 of 2
+    assert all(orders[name, seed] == default for name in SAMPLERS for seed in (0, 1, 7))
+    assert len({tuple(orders["loader", seed]) for seed in (0, 1, 7)}) == 3
+
+    before = torch.random.get_rng_state()
+    table = build(manual_seed).tables[0].frame
+    assert torch.equal(torch.random.get_rng_state(), before)  # the study restores the RNG
+    assert set(table["stock, no seed argument"]) == {json.dumps(default)}
+    assert set(table["ours, no seed argument"]) == {json.dumps(default)}
+    assert table["stock, seed=manual seed"].nunique() == len(manual_seed.MANUAL_SEEDS)
+    assert table["DataLoader shuffle=True, no sampler"].nunique() == len(manual_seed.MANUAL_SEEDS)
+
+
+# --- equal batch counts -------------------------------------------------------------------
+
+
+@implementations
+@given(small_cases)
+def test_every_rank_gets_the_same_number_of_batches(name: str, case: Case) -> None:
+    case = replace(case, implementation=name)
+    assert len({len(batches) for batches in loader_batches(case, 0)}) == 1
+
+
+def test_distributed_samplers_give_every_rank_equal_batches() -> None:
+    # By hand: 5 samples in contiguous chunks of 3 on 2 ranks -> 3 and 2 samples.
+    chunks = [range(0, 3), range(3, 5)]
+    counts = [len(list(DataLoader(list(chunk), batch_size=2))) for chunk in chunks]
+    assert counts == [2, 1]
+    assert equal_batches.batch_counts(equal_batches.SPLITS[CONTIGUOUS], 5, 2, 2, False) == [2, 1]
+    assert equal_batches.batch_counts(equal_batches.SPLITS[STRIDED], 3, 2, 1, False) == [2, 1]
+    for split_name, split in equal_batches.SPLITS.items():
+        if "DistributedSampler" in split_name:
+            for size, world in ((5, 2), (33, 8), (1, 4)):
+                counts = equal_batches.batch_counts(split, size, world, 4, False)
+                assert len(set(counts)) == 1, (split_name, size, world)
+    table = build(equal_batches).tables[0].frame
+    sampled = table["how each rank gets its part"].str.contains("DistributedSampler")
+    assert (table[sampled][equal_batches.DIFFER] == 0).all()
+    assert (table[~sampled][equal_batches.DIFFER] > 0).all()
+    assert (table[~sampled]["largest difference (batches)"] >= 1).all()
+
+
+CONTIGUOUS = "contiguous Subset chunks of ceil(N/W)"
+STRIDED = "every W-th sample: Subset(range(rank, N, W))"
+
+
+# --- persistent workers -------------------------------------------------------------------
+
+
+def test_persistent_workers_change_later_epochs() -> None:
+    def epochs(workers: int, persistent: bool) -> list[list[int]]:
+        loader = DataLoader(
+            range(10),
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(0),
+            num_workers=workers,
+            persistent_workers=persistent,
+        )
+        return [flat([b.tolist() for b in loader]) for _ in range(3)]
+
+    plain, persistent = epochs(0, False), epochs(2, True)
+    assert epochs(2, False) == plain
+    assert persistent[0] == plain[0] and persistent[1] != plain[1] and persistent[2] != plain[2]
+    # The mechanism: a new iterator draws a base seed, then RandomSampler draws the
+    # permutation (and a second one it slices to the empty remainder).
+    for new_iterators, expected in ((3, plain), (1, persistent)):
+        generator = torch.Generator().manual_seed(0)
+        drawn = []
+        for epoch in range(3):
+            if epoch < new_iterators:
+                torch.empty((), dtype=torch.int64).random_(generator=generator)
+            drawn.append(torch.randperm(10, generator=generator).tolist())
+            torch.randperm(10, generator=generator)
+        assert drawn == expected, new_iterators
+
+    table = build(persistent_workers).tables[0].frame
+    differing = table[~table["same as without workers"]]
+    assert set(differing["DataLoader"]) == {"2 persistent workers"}
+    assert set(differing["epoch"]) == {1, 2}
+    assert differing["set-up"].str.contains("no sampler").all()
 
 
 # --- padding ------------------------------------------------------------------------------
