@@ -458,6 +458,27 @@ def test_last_batch_of_one_breaks_batchnorm() -> None:
     assert one.iloc[0]["train mode"].startswith("ValueError: Expected more than 1 value")
     assert (outcomes[outcomes["batch size"] > 1]["train mode"] == "ok").all()
 
+    # By input shape: train mode fails exactly when a channel holds a single value.
+    message = "Expected more than 1 value per channel when training"
+    for layer, shape, fails in (
+        (torch.nn.BatchNorm1d(3), (1, 3), True),
+        (torch.nn.BatchNorm1d(3), (1, 3, 1), True),
+        (torch.nn.BatchNorm1d(3), (1, 3, 5), False),
+        (torch.nn.BatchNorm2d(3), (1, 3, 1, 1), True),
+        (torch.nn.BatchNorm2d(3), (1, 3, 4, 4), False),
+    ):
+        if fails:
+            with pytest.raises(ValueError, match=message):
+                layer.train()(torch.ones(shape))
+        else:
+            layer.train()(torch.ones(shape))
+        layer.eval()(torch.ones(shape))
+    shapes = build(batch_of_one).tables[2].frame
+    failing = shapes[shapes["train mode"] != "ok"]
+    assert failing["input shape"].tolist() == ["[1, 3]", "[1, 3, 1]", "[1, 3, 1, 1]"]
+    assert failing["train mode"].str.startswith(f"ValueError: {message}").all()
+    assert (shapes["eval mode"] == "ok").all()
+
 
 @given(small_cases.filter(lambda case: case.batch_size > 1))
 def test_a_batch_of_one_is_the_remainder_of_each_share(case: Case) -> None:
