@@ -156,17 +156,17 @@ def build() -> Evidence:
         tables=(
             Table("Batch sizes each rank receives", size_table),
             Table(
-                "BatchNorm on one sample, by input shape",
-                shapes,
-                note=f"A fresh layer with C = {FEATURES} channels fed torch.ones(shape).",
-            ),
-            Table(
                 "A fresh BatchNorm1d fed one batch of each size",
                 outcome_table,
                 note=(
                     f"Input: the batch's indices as floats, repeated over {FEATURES} features; "
                     "the error type and message are what torch raised in this run."
                 ),
+            ),
+            Table(
+                "BatchNorm on one sample, by input shape",
+                shapes,
+                note=f"A fresh layer with C = {FEATURES} channels fed torch.ones(shape).",
             ),
         ),
     )
