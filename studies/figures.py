@@ -37,8 +37,8 @@ _PLAIN = "#cfe3f3"
 _PADDING = "#f4a261"
 _MARKERS = ("o", "s", "^", "D", "v")
 _TEXT_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"}
-#: Series whose values all lie within this relative distance of an earlier one overlap.
-_OVERLAP = 0.02
+#: Points within this relative distance of another series' point overlap it.
+_OVERLAP = 0.03
 _LINES = ("-", "--", "-.", ":")
 _STEPS = ("#264653", "#2a9d8f", "#8ab17d", "#e9c46a", "#f4a261", "#e76f51", "#9c6644", "#6d597a")
 
@@ -174,19 +174,27 @@ def draw_lines(
 ) -> None:
     """One line with markers per series over the shared ``x`` values; none hidden.
 
-    A series that a later one overlaps (every value within 2 % of the other's) is drawn
-    wide and translucent underneath it, so it still shows around it, and the later
-    series' legend entry names it. The legend sits below the axes, off the data.
+    A series that a later one overlaps (at half the points or more, the two values within
+    3 % of each other) is drawn wide and translucent underneath, so it still shows around
+    the later one, whose legend entry names it (and at how many points, if not all).
+    Single crossings are told apart by marker shape. The legend sits below the axes.
     """
     axes = figure.add_subplot()
     items = list(series.items())
     for label, values in items:
         if len(values) != len(x):
             raise ValueError(f"series {label!r} must have {len(x)} values, got {len(values)}")
+    enough = max(1, (len(x) + 1) // 2)  # overlapping at half the points or more
     for number, (label, values) in enumerate(items):
-        overlapped = [name for name, other in items[:number] if _overlaps(values, other)]
-        covered = any(_overlaps(values, other) for _, other in items[number + 1 :])
-        shown = f"{label} (overlaps {', '.join(overlapped)})" if overlapped else label
+        notes = []
+        for name, other in items[:number]:
+            close = _close_points(values, other)
+            if close == len(x):
+                notes.append(name)
+            elif close >= enough:
+                notes.append(f"{name} at {close} of {len(x)} points")
+        covered = any(_close_points(values, other) >= enough for _, other in items[number + 1 :])
+        shown = f"{label} (overlaps {'; '.join(notes)})" if notes else label
         axes.plot(
             x,
             values,
@@ -198,6 +206,9 @@ def draw_lines(
             label=shown,
             zorder=2 + number,
         )
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
     if logx:
         axes.set_xscale("log")
     if logy:
@@ -205,9 +216,6 @@ def draw_lines(
     if xticks is not None:
         axes.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
         axes.minorticks_off()
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.grid(True, alpha=0.3)
     longest = max((len(text) for text in axes.get_legend_handles_labels()[1]), default=0)
     axes.legend(
         frameon=False,
@@ -219,8 +227,8 @@ def draw_lines(
         axes.set_title(title)
 
 
-def _overlaps(values: Sequence[float], other: Sequence[float]) -> bool:
-    """Whether every value lies within :data:`_OVERLAP` (relative) of ``other``'s."""
-    return all(
+def _close_points(values: Sequence[float], other: Sequence[float]) -> int:
+    """At how many points ``values`` lie within :data:`_OVERLAP` (relative) of ``other``."""
+    return sum(
         abs(a - b) <= _OVERLAP * max(abs(a), abs(b)) for a, b in zip(values, other, strict=True)
     )

@@ -7,7 +7,8 @@ Python and plotting libraries write byte-identical files (the environment is rec
 What it writes into ``output``:
 
 ``README.md``
-    The index: environment, one line per finding with its claim and a link.
+    The index: the answers (:func:`studies.answers.answers`), one line per finding with
+    its claim and a link, the tables, and the environment.
 ``<finding>.md`` and ``<finding>-<picture>.png``
     One per registered finding (:mod:`studies.findings`).
 ``cases.csv``
@@ -41,6 +42,7 @@ import torch
 from tqdm import tqdm
 
 from studies import findings as registry
+from studies.answers import answers
 from studies.cases import EXPERIMENT, Case, grid
 from studies.figures import render_png
 from studies.findings import Finding, Table
@@ -141,21 +143,32 @@ def _files_of(module: ModuleType, number: int, finding: Finding) -> dict[str, by
     return files
 
 
-def index(modules: Iterable[ModuleType], tables: dict[str, bytes]) -> bytes:
-    """``README.md``: environment, findings with their claims, and the tables."""
+def index(
+    modules: Iterable[ModuleType],
+    tables: dict[str, bytes],
+    answers_table: pd.DataFrame | None = None,
+) -> bytes:
+    """``README.md``: the answers (when given), findings with their claims, the tables and
+    the environment."""
+    modules = list(modules)
     lines = [
         _STAMP,
         "",
         "# What DistributedSampler hands each rank",
         "",
+    ]
+    if answers_table is not None:
+        lines += [
+            "## If you are doing X, use Y",
+            "",
+            _markdown(answers_table),
+        ]
+    lines += [
         "Every number in these reports was computed by running the stock",
         "`torch.utils.data.distributed.DistributedSampler` (and this project's drop-in",
         "`samplers.DistributedSampler`) with real DataLoaders; each finding names the test",
         "that fails if the behaviour changes.",
         "",
-        "## Environment",
-        "",
-        _markdown(pd.DataFrame(list(environment().items()), columns=["package", "version"])),
         "## Findings",
         "",
     ]
@@ -166,31 +179,44 @@ def index(modules: Iterable[ModuleType], tables: dict[str, bytes]) -> bytes:
         "",
         "## Tables",
         "",
+        f"- [experiment.csv](experiment.csv): the blog post's experiment, one row per case "
+        f"(the post's numbering), epoch, rank and batch ({rows['experiment.csv']} rows; "
+        "`indices` as a JSON list).",
         f"- [cases.csv](cases.csv): every batch each rank's DataLoader yields, one row per "
         f"case, epoch, rank and batch ({rows['cases.csv']} rows; `indices` as a JSON list).",
         f"- [summary.csv](summary.csv): one row per case ({rows['summary.csv']} rows): what "
         "its ranks received, reduced to counts and flags.",
         "",
+        "## Environment",
+        "",
+        _markdown(pd.DataFrame(list(environment().items()), columns=["package", "version"])),
     ]
     return "\n".join(lines).encode()
 
 
 def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
-    """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings)."""
+    """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings).
+
+    The README's answers read only fast findings (:data:`studies.answers.NEEDED`), so
+    they are the same with or without the slow ones.
+    """
     modules = registry.modules()
     steps: list[tuple[str, Callable[[], dict[str, bytes]]]] = [
         ("cases and summary", lambda: table_files(progress))
     ]
+    built: dict[str, Finding] = {}
     for number, module in enumerate(modules, start=1):
         if slow or not registry.is_slow(module):
-            steps.append((module.NAME, _finding_step(module, number)))
+            steps.append((module.NAME, _finding_step(module, number, built)))
     files: dict[str, bytes] = {}
     bar = tqdm(steps, desc="reports", unit="part", disable=not progress)
     for label, step in bar:
         bar.set_postfix_str(label)
         files.update(step())
     files["README.md"] = index(
-        modules, {name: files[name] for name in ("cases.csv", "summary.csv")}
+        modules,
+        {name: files[name] for name in ("experiment.csv", "cases.csv", "summary.csv")},
+        answers(built),
     )
     return dict(sorted(files.items()))
 
@@ -219,8 +245,17 @@ def write_reports(output: Path, progress: bool = False) -> list[Path]:
     return sorted([*written, manifest])
 
 
-def _finding_step(module: ModuleType, number: int) -> Callable[[], dict[str, bytes]]:
-    return lambda: finding_files(module, number)
+def _finding_step(
+    module: ModuleType, number: int, built: dict[str, Finding]
+) -> Callable[[], dict[str, bytes]]:
+    """Build the finding, keep it in ``built`` (for the answers) and return its files."""
+
+    def step() -> dict[str, bytes]:
+        finding = registry.build(module)
+        built[finding.name] = finding
+        return _files_of(module, number, finding)
+
+    return step
 
 
 def _previously_generated(output: Path) -> set[str]:

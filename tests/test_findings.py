@@ -36,6 +36,7 @@ from studies.findings import (
     batch_of_one,
     build,
     collective_evaluation,
+    cost,
     distributed_evaluation,
     drop_last,
     equal_batches,
@@ -647,6 +648,17 @@ def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
     assert stock_rank.held_at_first < stock_rank.peak_to_first / 4
     ours_rank = python_heap(build_sampler("samplers", small, 8, 7))
     assert ours_rank.peak_to_first < stock_rank.peak_to_first / 5
+
+
+def test_crossover_names_the_first_size_from_which_ours_uses_less() -> None:
+    sizes = [10, 100, 300, 1000]
+    stock = pd.Series([5, 50, 150, 500], index=sizes)
+    assert cost.crossover(stock, pd.Series([9, 60, 100, 200], index=sizes)) == (
+        "more up to 100 samples, less from 300 on"
+    )
+    assert cost.crossover(stock, pd.Series([1, 1, 1, 1], index=sizes)).startswith("less at every")
+    assert cost.crossover(stock, stock).startswith("more or the same at every")
+    assert cost.crossover(stock, pd.Series([1, 60, 1, 600], index=sizes)) == "less at 10, 300"
 
 
 # --- prose of the real-process findings (their measurements are in test_real_processes) ---

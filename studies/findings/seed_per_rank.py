@@ -86,9 +86,7 @@ def build() -> Evidence:
             figure,
             table["world size"].tolist(),
             {
-                "(1 - 1/W)^W, independent draws": table[
-                    "independent draws: never (fraction)"
-                ].tolist(),
+                "(1 - 1/W)^W": table["independent draws: never (fraction)"].tolist(),
                 "never seen, seed = rank": table["never seen (fraction)"].tolist(),
                 "seen twice or more, seed = rank": table["seen twice or more (fraction)"].tolist(),
                 "never seen, one seed for all": (
