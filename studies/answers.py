@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from studies.findings import Finding
+from studies.findings.distributed_evaluation import ERROR_COLUMNS
 
 __all__ = ["COLUMNS", "NEEDED", "answers"]
 
@@ -48,8 +49,8 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
     link = {name: _link(findings, name) for name in NEEDED}
 
     evaluation = _table(findings, "distributed-evaluation")
-    pooled = float(evaluation["pooled_counts error"].abs().max())
-    gathered = float(evaluation["gathered error"].abs().max())
+    pooled = float(evaluation[ERROR_COLUMNS["pooled_counts"]].abs().max())
+    gathered = float(evaluation[ERROR_COLUMNS["gathered"]].abs().max())
 
     repeats = _table(findings, "set-epoch")
     without = repeats[~repeats["set_epoch"]]

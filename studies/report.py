@@ -293,20 +293,24 @@ HEADERS: dict[str, str] = {
     "source": "from",
 }
 
-#: The implementations' values in words (``implementation`` column).
-IMPLEMENTATION_WORDS: dict[str, str] = {
-    "torch": "stock",
-    "samplers": "ours",
-    "none": "no sampler",
+#: Code names in a column's cells, in words, by column.
+VALUE_WORDS: dict[str, dict[str, str]] = {
+    "implementation": {"torch": "stock", "samplers": "ours", "none": "no sampler"},
+    "pattern": {
+        "mean_of_rank_means": "mean of rank means",
+        "pooled_counts": "summed counts",
+        "gathered": "gathered",
+    },
 }
 
 
 def _readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame with headers in words and implementations named as in the prose."""
-    if "implementation" in frame.columns:
-        frame = frame.assign(
-            implementation=frame["implementation"].map(lambda v: IMPLEMENTATION_WORDS.get(v, v))
-        )
+    """The frame with headers and code-named cells in words, as the prose names them."""
+    for column, words in VALUE_WORDS.items():
+        if column in frame.columns:
+            frame = frame.assign(
+                **{column: frame[column].map(lambda value, w=words: w.get(value, value))}
+            )
     return frame.rename(columns=HEADERS)
 
 

@@ -29,7 +29,7 @@ def test_answers_cover_the_jobs_and_read_only_fast_findings(built: dict) -> None
 def test_answers_carry_the_findings_numbers(built: dict) -> None:
     rows = answers(built).set_index("if you are doing")
     evaluation = built["distributed-evaluation"].tables[0].frame
-    worst = evaluation["pooled_counts error"].abs().max()
+    worst = evaluation["summed counts: error"].abs().max()
     assert f"off by up to {worst:.1e}" in rows.loc["evaluation", "because"]
     norms = built["batch-of-one"].tables[2].frame
     for shape in norms[norms["train mode"] != "ok"]["input shape"]:

@@ -30,6 +30,11 @@ How to add a finding
        processes). The fast staleness test then checks only the section's generated
        header, not its body; ``write_reports`` always builds it.
 
+   A table for a reader shows what varies: the report states columns that hold one
+   value in every row in a single line, writes code-named headers in words, and writes
+   a table longer than :data:`LONG_TABLE_ROWS` rows to a CSV file, showing the
+   ``summary`` the :class:`Table` must then carry.
+
 2. Add the module's name to :data:`MODULES`, where its position is its number in the
    reports.
 
