@@ -80,6 +80,8 @@ def test_simulation_reproduces_the_post() -> None:
     assert "All 9 runs agree: each of the 40 batches the post printed" in finding.prose
     assert "004_56e07c84a9b4a6e9.txt" in finding.prose
     assert "DistributedSampler做了什么" in finding.prose  # cited by its title
+    assert "in both epochs for cases 1, 2, 4a, 5a, 6 and 7" in finding.prose
+    assert "(3 for 2 and 5b for 5a)" in finding.prose  # the post's set_epoch runs, rerun
     side = finding.tables[0].frame
     assert (side["post, epoch 0"] == side["torch now, epoch 0"]).all()
     assert (side["post, epoch 1"] == side["torch now, epoch 1"]).all()

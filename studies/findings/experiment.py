@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pandas as pd
@@ -226,16 +227,26 @@ def _prose(
     twins = rerun[rerun["the post's own run with set_epoch"] != "-"]
     pairs = sorted({(row.case, row[-1]) for row in twins.itertuples(index=False)})
     empty = [label for label, _ in EXPERIMENT if _cells(printed, label, 0, 0) == "-"]
+    repeating = [
+        label
+        for label, case in EXPERIMENT
+        if label not in empty
+        and all(
+            _cells(printed, label, 0, rank) == _cells(printed, label, 1, rank)
+            for rank in range(case.world_size)
+        )
+    ]
     lines = [
         f"Source: {blog_post.source()}",
         "",
         "The post's script shows one configuration per case in comments, but its printed "
-        "output shows how each run was made, and the runs here follow the output: case 1 "
-        "has no DistributedSampler and a DataLoader without shuffling (every rank reads "
-        "the whole dataset in order); cases 2, 4, 6 and 7 print the same batches in both "
-        "epochs, so they ran without `set_epoch`; case 3 ran with it; case 5 was printed "
-        "twice, without (5a) and then with (5b) `set_epoch`; case 4 ran with the "
-        "DataLoader's drop_last False (4a) and True (4b).",
+        "output shows how each run was made, and the runs here follow the output. Case 1 "
+        "has no DistributedSampler and a DataLoader without shuffling: every rank prints "
+        f"the whole dataset in order. The post printed the same batches in both epochs for "
+        f"case{'s' if len(repeating) > 1 else ''} {joined(repeating)}: apart from case 1, "
+        "which does not shuffle, those ran without `set_epoch`. Case 5 was printed twice, "
+        "without (5a) and then with (5b) `set_epoch`; case 4 ran with the DataLoader's "
+        "drop_last False (4a) and True (4b).",
         "",
         agreement(printed, yielded)
         + (
@@ -248,9 +259,10 @@ def _prose(
         "**A correction to the post.** The post says the padding repeats the first sample of "
         f"the dataset; the copies it names match the measured ones in {len(agree)} of "
         f"{len(named)} epochs, but the rule is wrong. In case {first['case']}, epoch "
-        f"{first['epoch']}, the shuffled epoch order is {first['shuffled order']}: the copy "
-        f"{first['padded copy']} at position {first['at position']} is the head of that "
-        "order, not the dataset's first sample (index 0). The copy is the head of the "
+        f"{first['epoch']}, the shuffled epoch order is {first['shuffled order']}: the "
+        f"padded copy, index {joined(json.loads(first['padded copy']))} at position "
+        f"{joined(json.loads(first['at position']))}, is the head of that order, not the "
+        "dataset's first sample (index 0). The copy is the head of the "
         f"order in {'every' if heads else 'not every'} epoch measured.{zero_text} The "
         "padding finding shows the rule at every size.",
         "",
