@@ -36,6 +36,9 @@ STYLE: dict[str, object] = {
 _PLAIN = "#cfe3f3"
 _PADDING = "#f4a261"
 _MARKERS = ("o", "s", "^", "D", "v")
+_TEXT_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"}
+#: Points within this relative distance of another series' point overlap it.
+_OVERLAP = 0.03
 _LINES = ("-", "--", "-.", ":")
 _STEPS = ("#264653", "#2a9d8f", "#8ab17d", "#e9c46a", "#f4a261", "#e76f51", "#9c6644", "#6d597a")
 
@@ -113,6 +116,9 @@ def draw_layout(
     axes.imshow(codes, cmap=colours, norm=norm, aspect="auto")
     text_colour = "black" if steps is None else "white"
     for position, (index, (rank, slot)) in enumerate(zip(order, cells, strict=True)):
+        # On a hatched cell the digits sit on a plain box drawn above the hatching.
+        box = _TEXT_BOX if padding[position] else None
+        colour = "black" if padding[position] else text_colour
         axes.text(
             slot,
             rank,
@@ -120,8 +126,10 @@ def draw_layout(
             ha="center",
             va="center",
             fontsize=11,
-            color=text_colour,
+            color=colour,
             fontweight="bold",
+            bbox=box,
+            zorder=3,
         )
         axes.text(
             slot + 0.45,
@@ -130,11 +138,15 @@ def draw_layout(
             ha="right",
             va="bottom",
             fontsize=7,
-            color=text_colour,
+            color=colour,
+            bbox=box,
+            zorder=3,
         )
         if padding[position]:
             axes.add_patch(
-                Rectangle((slot - 0.5, rank - 0.5), 1, 1, fill=False, hatch="//", linewidth=0)
+                Rectangle(
+                    (slot - 0.5, rank - 0.5), 1, 1, fill=False, hatch="//", linewidth=0, zorder=2
+                )
             )
     axes.set_xticks(range(columns), [str(column) for column in range(columns)])
     axes.set_yticks(range(world_size), [str(rank) for rank in range(world_size)])
@@ -160,18 +172,43 @@ def draw_lines(
     logy: bool = False,
     xticks: Sequence[float] | None = None,
 ) -> None:
-    """One line with markers per series over the shared ``x`` values."""
+    """One line with markers per series over the shared ``x`` values; none hidden.
+
+    A series that a later one overlaps (at half the points or more, the two values within
+    3 % of each other) is drawn wide and translucent underneath, so it still shows around
+    the later one, whose legend entry names it (and at how many points, if not all).
+    Single crossings are told apart by marker shape. The legend sits below the axes.
+    """
     axes = figure.add_subplot()
-    for number, (label, values) in enumerate(series.items()):
+    items = list(series.items())
+    for label, values in items:
         if len(values) != len(x):
             raise ValueError(f"series {label!r} must have {len(x)} values, got {len(values)}")
+    enough = max(1, (len(x) + 1) // 2)  # overlapping at half the points or more
+    for number, (label, values) in enumerate(items):
+        notes = []
+        for name, other in items[:number]:
+            close = _close_points(values, other)
+            if close == len(x):
+                notes.append(name)
+            elif close >= enough:
+                notes.append(f"{name} at {close} of {len(x)} points")
+        covered = any(_close_points(values, other) >= enough for _, other in items[number + 1 :])
+        shown = f"{label} (overlaps {'; '.join(notes)})" if notes else label
         axes.plot(
             x,
             values,
             marker=_MARKERS[number % len(_MARKERS)],
             linestyle=_LINES[number % len(_LINES)],
-            label=label,
+            linewidth=4.5 if covered else 1.5,
+            markersize=10 if covered else 5,
+            alpha=0.6 if covered else 1.0,
+            label=shown,
+            zorder=2 + number,
         )
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
     if logx:
         axes.set_xscale("log")
     if logy:
@@ -179,9 +216,19 @@ def draw_lines(
     if xticks is not None:
         axes.set_xticks(list(xticks), [f"{tick:g}" for tick in xticks])
         axes.minorticks_off()
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.grid(True, alpha=0.3)
-    axes.legend(frameon=False)
+    longest = max((len(text) for text in axes.get_legend_handles_labels()[1]), default=0)
+    axes.legend(
+        frameon=False,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncols=1 if longest > 40 else 2,
+    )
     if title:
         axes.set_title(title)
+
+
+def _close_points(values: Sequence[float], other: Sequence[float]) -> int:
+    """At how many points ``values`` lie within :data:`_OVERLAP` (relative) of ``other``."""
+    return sum(
+        abs(a - b) <= _OVERLAP * max(abs(a), abs(b)) for a, b in zip(values, other, strict=True)
+    )

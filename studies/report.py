@@ -7,7 +7,8 @@ Python and plotting libraries write byte-identical files (the environment is rec
 What it writes into ``output``:
 
 ``README.md``
-    The index: environment, one line per finding with its claim and a link.
+    The index: the answers (:func:`studies.answers.answers`), one line per finding with
+    its claim and a link, the tables, and the environment.
 ``<finding>.md`` and ``<finding>-<picture>.png``
     One per registered finding (:mod:`studies.findings`).
 ``cases.csv``
@@ -15,6 +16,12 @@ What it writes into ``output``:
 ``summary.csv``
     One row per case of ``cases.csv`` (:func:`studies.summary.summarize`), list columns
     as JSON.
+``experiment.csv``
+    The blog post's experiment (:data:`studies.cases.EXPERIMENT`): the tidy table led by
+    the post's case label, written like ``cases.csv``.
+``<finding>-<table>.csv``
+    A finding's table longer than :data:`studies.findings.LONG_TABLE_ROWS` rows; the
+    finding's Markdown shows its summary and links the file.
 ``MANIFEST``
     The files above. On the next run, files listed there that are no longer generated
     are removed; nothing else in ``output`` is touched.
@@ -35,12 +42,14 @@ import torch
 from tqdm import tqdm
 
 from studies import findings as registry
+from studies.answers import answers
 from studies.cases import EXPERIMENT, Case, grid
 from studies.figures import render_png
-from studies.findings import Table
+from studies.findings import Finding, Table
+from studies.findings import experiment as experiment_finding
 from studies.simulate import simulate
 from studies.summary import summarize
-from studies.tables import to_csv_text
+from studies.tables import to_csv_text, to_labelled_csv_text
 
 __all__ = [
     "MANIFEST",
@@ -90,7 +99,7 @@ def study_cases() -> list[Case]:
 
 
 def table_files(progress: bool = False) -> dict[str, bytes]:
-    """``cases.csv`` and ``summary.csv`` for :func:`study_cases`."""
+    """``cases.csv`` and ``summary.csv`` for :func:`study_cases`, and ``experiment.csv``."""
     cases = study_cases()
     wrap = _progress_wrapper("simulating cases") if progress else None
     rows = simulate(cases, progress=wrap)
@@ -98,6 +107,7 @@ def table_files(progress: bool = False) -> dict[str, bytes]:
     return {
         "cases.csv": to_csv_text(rows).encode(),
         "summary.csv": _summary_csv(summary).encode(),
+        "experiment.csv": to_labelled_csv_text(experiment_finding.simulated(), "case").encode(),
     }
 
 
@@ -115,12 +125,20 @@ def finding_header(module: ModuleType, number: int) -> str:
 
 
 def finding_files(module: ModuleType, number: int) -> dict[str, bytes]:
-    """The finding's Markdown file and pictures, by file name."""
-    finding = registry.build(module)
+    """The finding's Markdown file, pictures and long tables, by file name."""
+    return _files_of(module, number, registry.build(module))
+
+
+def _files_of(module: ModuleType, number: int, finding: Finding) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     parts = [finding_header(module, number), finding.prose.strip() + "\n"]
     for table in finding.tables:
-        parts.append(_table_markdown(table))
+        if table.is_long():
+            filename = f"{finding.name}-{table.name}.csv"
+            files[filename] = _frame_csv(_readable(table.frame)).encode()
+        else:
+            filename = ""
+        parts.append(_table_markdown(table, filename))
     for picture in finding.pictures:
         filename = f"{finding.name}-{picture.name}.png"
         files[filename] = render_png(picture.draw, picture.size)
@@ -129,21 +147,32 @@ def finding_files(module: ModuleType, number: int) -> dict[str, bytes]:
     return files
 
 
-def index(modules: Iterable[ModuleType], tables: dict[str, bytes]) -> bytes:
-    """``README.md``: environment, findings with their claims, and the tables."""
+def index(
+    modules: Iterable[ModuleType],
+    tables: dict[str, bytes],
+    answers_table: pd.DataFrame | None = None,
+) -> bytes:
+    """``README.md``: the answers (when given), findings with their claims, the tables and
+    the environment."""
+    modules = list(modules)
     lines = [
         _STAMP,
         "",
         "# What DistributedSampler hands each rank",
         "",
+    ]
+    if answers_table is not None:
+        lines += [
+            "## If you are doing X, use Y",
+            "",
+            _markdown(answers_table),
+        ]
+    lines += [
         "Every number in these reports was computed by running the stock",
         "`torch.utils.data.distributed.DistributedSampler` (and this project's drop-in",
         "`samplers.DistributedSampler`) with real DataLoaders; each finding names the test",
         "that fails if the behaviour changes.",
         "",
-        "## Environment",
-        "",
-        _markdown(pd.DataFrame(list(environment().items()), columns=["package", "version"])),
         "## Findings",
         "",
     ]
@@ -154,31 +183,44 @@ def index(modules: Iterable[ModuleType], tables: dict[str, bytes]) -> bytes:
         "",
         "## Tables",
         "",
+        f"- [experiment.csv](experiment.csv): the blog post's experiment, one row per case "
+        f"(the post's numbering), epoch, rank and batch ({rows['experiment.csv']} rows; "
+        "`indices` as a JSON list).",
         f"- [cases.csv](cases.csv): every batch each rank's DataLoader yields, one row per "
         f"case, epoch, rank and batch ({rows['cases.csv']} rows; `indices` as a JSON list).",
         f"- [summary.csv](summary.csv): one row per case ({rows['summary.csv']} rows): what "
         "its ranks received, reduced to counts and flags.",
         "",
+        "## Environment",
+        "",
+        _markdown(pd.DataFrame(list(environment().items()), columns=["package", "version"])),
     ]
     return "\n".join(lines).encode()
 
 
 def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
-    """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings)."""
+    """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings).
+
+    The README's answers read only fast findings (:data:`studies.answers.NEEDED`), so
+    they are the same with or without the slow ones.
+    """
     modules = registry.modules()
     steps: list[tuple[str, Callable[[], dict[str, bytes]]]] = [
         ("cases and summary", lambda: table_files(progress))
     ]
+    built: dict[str, Finding] = {}
     for number, module in enumerate(modules, start=1):
         if slow or not registry.is_slow(module):
-            steps.append((module.NAME, _finding_step(module, number)))
+            steps.append((module.NAME, _finding_step(module, number, built)))
     files: dict[str, bytes] = {}
     bar = tqdm(steps, desc="reports", unit="part", disable=not progress)
     for label, step in bar:
         bar.set_postfix_str(label)
         files.update(step())
     files["README.md"] = index(
-        modules, {name: files[name] for name in ("cases.csv", "summary.csv")}
+        modules,
+        {name: files[name] for name in ("experiment.csv", "cases.csv", "summary.csv")},
+        answers(built),
     )
     return dict(sorted(files.items()))
 
@@ -207,8 +249,17 @@ def write_reports(output: Path, progress: bool = False) -> list[Path]:
     return sorted([*written, manifest])
 
 
-def _finding_step(module: ModuleType, number: int) -> Callable[[], dict[str, bytes]]:
-    return lambda: finding_files(module, number)
+def _finding_step(
+    module: ModuleType, number: int, built: dict[str, Finding]
+) -> Callable[[], dict[str, bytes]]:
+    """Build the finding, keep it in ``built`` (for the answers) and return its files."""
+
+    def step() -> dict[str, bytes]:
+        finding = registry.build(module)
+        built[finding.name] = finding
+        return _files_of(module, number, finding)
+
+    return step
 
 
 def _previously_generated(output: Path) -> set[str]:
@@ -227,11 +278,84 @@ def _previously_generated(output: Path) -> set[str]:
     }
 
 
-def _table_markdown(table: Table) -> str:
+#: Headers written in words instead of the code names the tidy tables use.
+HEADERS: dict[str, str] = {
+    "implementation": "sampler",
+    "dataset_size": "dataset size",
+    "world_size": "world size",
+    "batch_size": "batch size",
+    "drop_last": "sampler drop_last",
+    "loader_drop_last": "DataLoader drop_last",
+    "set_epoch": "set_epoch called",
+    "num_workers": "DataLoader workers",
+    "persistent_workers": "persistent workers",
+    "simulated_rows": "batches simulated",
+    "processes_rows": "batches in processes",
+    "match": "same batches",
+    "same_in_process": "reproduced in-process",
+    "label": "run",
+    "source": "from",
+}
+
+#: Code names in a column's cells, in words, by column.
+VALUE_WORDS: dict[str, dict[str, str]] = {
+    "implementation": {"torch": "stock", "samplers": "ours", "none": "no sampler"},
+    "pattern": {
+        "mean_of_rank_means": "mean of rank means",
+        "pooled_counts": "summed counts",
+        "gathered": "gathered",
+    },
+}
+
+
+def _readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with headers and code-named cells in words, as the prose names them."""
+    for column, words in VALUE_WORDS.items():
+        if column in frame.columns:
+            frame = frame.assign(
+                **{column: frame[column].map(lambda value, w=words: w.get(value, value))}
+            )
+    return frame.rename(columns=HEADERS)
+
+
+def _constant_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns holding one value in every row (of a table with two rows or more)."""
+    if len(frame) < 2:
+        return []
+    return [column for column in frame.columns if frame[column].map(_cell_text).nunique() == 1]
+
+
+def _cell_text(value: object) -> str:
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
+def _table_markdown(table: Table, csv_name: str = "") -> str:
+    """A table's section: title, note, the columns that vary, and a line for the rest.
+
+    Columns constant over every row are not repeated down the table: one line says
+    their value. A long table (``csv_name``) shows its summary and links the full CSV.
+    """
     parts = [f"## {table.title}\n"]
     if table.note:
         parts.append(f"{table.note}\n")
-    parts.append(_markdown(table.frame, floatfmt=table.floatfmt, intfmt=table.intfmt))
+    frame = table.frame
+    if csv_name:
+        assert table.summary is not None  # checked by Table
+        parts.append(
+            f"The whole table ({len(frame)} rows) is [{csv_name}]({csv_name}); its summary:\n"
+        )
+        frame = table.summary
+    frame = _readable(frame)
+    constant = _constant_columns(frame)
+    if constant:
+        same = "; ".join(f"{column}: {_cell_text(frame[column].iloc[0])}" for column in constant)
+        parts.append(f"In every row, {same}.\n")
+        frame = frame.drop(columns=constant)
+    floatfmt = table.floatfmt
+    if not isinstance(floatfmt, str):  # one format per column: keep those of the kept ones
+        formats = dict(zip(_readable(table.frame).columns, floatfmt, strict=True))
+        floatfmt = [formats.get(column, "g") for column in frame.columns]
+    parts.append(_markdown(frame, floatfmt=floatfmt, intfmt=table.intfmt))
     return "\n".join(parts)
 
 
@@ -242,8 +366,13 @@ def _markdown(frame: pd.DataFrame, **formats: object) -> str:
 
 def _summary_csv(summary: pd.DataFrame) -> str:
     """The summary as CSV; list columns as JSON lists, as ``cases.csv`` writes indices."""
-    lists = [column for column in summary.columns if summary[column].map(_is_list).any()]
-    encoded = summary.assign(**{column: summary[column].map(json.dumps) for column in lists})
+    return _frame_csv(summary)
+
+
+def _frame_csv(frame: pd.DataFrame) -> str:
+    """Any table as CSV: no index, ``\\n`` line ends, list cells as JSON lists."""
+    lists = [column for column in frame.columns if frame[column].map(_is_list).any()]
+    encoded = frame.assign(**{column: frame[column].map(json.dumps) for column in lists})
     return encoded.to_csv(index=False, lineterminator="\n")
 
 

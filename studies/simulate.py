@@ -74,18 +74,24 @@ def make_sampler(
 def make_loader(
     case: Case, dataset: Dataset[int], sampler: Sampler[int] | None, **loader_options: Any
 ) -> DataLoader[int]:
-    """The DataLoader a user writes for the case (``loader_options``: workers etc.)."""
+    """The DataLoader a user writes for the case (``loader_options``: workers etc.).
+
+    With no sampler it is ``DataLoader(dataset, batch_size, shuffle=case.shuffle,
+    drop_last=case.loader_drop_last)``; only a shuffling case adds
+    ``generator=torch.Generator().manual_seed(case.seed)``, which is what the case's seed
+    means without a sampler. An unshuffled case gets no generator: nothing is added that
+    the case does not set.
+    """
     if sampler is None:
-        # No sampler: each rank shuffles the whole dataset with the same seed, as ranks
-        # do when every process calls torch.manual_seed(seed) at start-up.
-        generator = torch.Generator()
-        generator.manual_seed(case.seed)
+        if case.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(case.seed)
+            loader_options = {"generator": generator, **loader_options}
         return DataLoader(
             dataset,
             batch_size=case.batch_size,
             shuffle=case.shuffle,
             drop_last=case.loader_drop_last,
-            generator=generator,
             **loader_options,
         )
     return DataLoader(

@@ -13,13 +13,13 @@ import pandas as pd
 
 from studies.simulate import COLUMNS
 
-__all__ = ["to_csv_text", "to_json_records", "to_json_text"]
+__all__ = ["to_csv_text", "to_json_records", "to_json_text", "to_labelled_csv_text"]
 
 
-def _check(frame: pd.DataFrame) -> None:
-    if list(frame.columns) != list(COLUMNS):
+def _check(frame: pd.DataFrame, columns: tuple[str, ...] = COLUMNS) -> None:
+    if list(frame.columns) != list(columns):
         raise ValueError(
-            f"frame must have exactly the tidy columns {list(COLUMNS)}, got {list(frame.columns)}"
+            f"frame must have exactly the tidy columns {list(columns)}, got {list(frame.columns)}"
         )
 
 
@@ -30,6 +30,16 @@ def to_csv_text(frame: pd.DataFrame) -> str:
     booleans as ``True``/``False``. Raises ``ValueError`` when the columns differ.
     """
     _check(frame)
+    return _csv(frame)
+
+
+def to_labelled_csv_text(frame: pd.DataFrame, label: str) -> str:
+    """As :func:`to_csv_text`, for a tidy table led by one ``label`` column (e.g. ``case``)."""
+    _check(frame, (label, *COLUMNS))
+    return _csv(frame)
+
+
+def _csv(frame: pd.DataFrame) -> str:
     encoded = frame.assign(indices=[json.dumps(list(map(int, i))) for i in frame["indices"]])
     return encoded.to_csv(index=False, lineterminator="\n")
 

@@ -36,14 +36,19 @@ from studies.findings import (
     batch_of_one,
     build,
     collective_evaluation,
+    cost,
     distributed_evaluation,
     drop_last,
+    equal_batches,
     experiment,
+    manual_seed,
     modules,
     padding,
+    persistent_workers,
     real_processes,
     seed_per_rank,
     set_epoch,
+    set_epoch_timing,
     strided_prefix,
     tiny_datasets,
 )
@@ -77,14 +82,16 @@ def loader_batches(case: Case, epoch: int) -> list[list[list[int]]]:
     result = []
     for rank in range(case.world_size):
         if case.implementation == "none":
-            generator = torch.Generator()
-            generator.manual_seed(case.seed)
+            # A shuffling DataLoader seeded with the case's seed; none when not shuffling.
+            options = {}
+            if case.shuffle:
+                options["generator"] = torch.Generator().manual_seed(case.seed)
             loader = DataLoader(
                 range(case.dataset_size),
                 batch_size=case.batch_size,
                 shuffle=case.shuffle,
                 drop_last=case.loader_drop_last,
-                generator=generator,
+                **options,
             )
             epochs = [[batch.tolist() for batch in loader] for _ in range(epoch + 1)]
             result.append(epochs[epoch])
@@ -132,7 +139,7 @@ small_cases = st.builds(
 
 def test_experiment_batches() -> None:
     """The experiment table shows exactly what torch's DataLoaders yield, and each labelled
-    case shows its effect."""
+    run shows its effect."""
     finding = build(experiment)
     table = finding.tables[0].frame
     effects = {}
@@ -141,18 +148,22 @@ def test_experiment_batches() -> None:
         rows = table[table["case"] == label].sort_values("rank")
         for rank in range(case.world_size):
             for epoch in range(case.epochs):
-                cell = rows.iloc[rank][f"epoch {epoch}"]
+                cell = rows.iloc[rank][f"torch now, epoch {epoch}"]
                 shown = [] if cell == "-" else [json.loads(b + "]") for b in cell[:-1].split("] ")]
                 assert shown == epochs[epoch][rank], (label, rank, epoch)
-        effects[label.split(":")[0]] = epochs
+        effects[label] = epochs
 
+    assert [label for label, _ in EXPERIMENT] == ["1", "2", "3", "4a", "4b", "5a", "5b", "6", "7"]
     first, second = effects["1"]
-    assert first[0] == first[1] and second[0] == second[1]  # no sampler: ranks repeat work
-    assert effects["2"][0] == effects["2"][1]  # no set_epoch: epoch 1 repeats epoch 0
-    assert effects["3"][0] != effects["3"][1]  # set_epoch: a new order
+    assert first[0] == first[1] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # every rank, in order
+    assert first == second  # no shuffling: both epochs read the dataset in order
+    for label in ("2", "4a", "5a", "6", "7"):
+        assert effects[label][0] == effects[label][1], label  # no set_epoch: a repeat
+    assert effects["3"][0] == effects["2"][0] and effects["3"][0] != effects["3"][1]
+    assert effects["5b"][0] == effects["5a"][0] and effects["5b"][0] != effects["5b"][1]
     assert [len(flat(b)) for b in effects["4a"][0]] == [3, 3]
     assert effects["4b"][0] == [[], []] == effects["4b"][1]  # DataLoader drop_last: empty
-    five = Counter(flat(effects["5"][0][0]) + flat(effects["5"][0][1]))
+    five = Counter(flat(effects["5a"][0][0]) + flat(effects["5a"][0][1]))
     assert sorted(five.values()) == [1, 1, 1, 1, 2]  # padding: one sample twice
     assert [len(b[-1]) for b in effects["6"][0]] == [1, 1]  # batch of one
     assert len(set(flat(effects["7"][0][0]) + flat(effects["7"][0][1]))) == 8  # 2 dropped
@@ -191,6 +202,135 @@ def test_without_set_epoch_the_dataloader_repeats_epoch_0(case: Case, epochs: in
     loader = DataLoader(range(case.dataset_size), batch_size=case.batch_size, sampler=sampler)
     first = [batch.tolist() for batch in loader]
     assert all([batch.tolist() for batch in loader] == first for _ in range(epochs - 1))
+
+
+# --- set_epoch timing ---------------------------------------------------------------------
+
+
+def test_set_epoch_after_iter_keeps_the_running_order() -> None:
+    zero, one = epoch_order(10, 0, 0), epoch_order(10, 0, 1)
+    for name in SAMPLERS:
+        sampler = build_sampler(name, 10, 1, 0)
+        running = iter(sampler)
+        sampler.set_epoch(1)
+        assert list(running) == zero, name  # the iterator already holds epoch 0's order
+        assert list(sampler) == one, name  # the next iter() uses the new epoch
+        for workers, expected in ((0, one), (2, zero)):
+            sampler = build_sampler(name, 10, 1, 0)
+            loader = DataLoader(range(10), batch_size=5, sampler=sampler, num_workers=workers)
+            running = iter(loader)
+            sampler.set_epoch(1)
+            assert flat([batch.tolist() for batch in running]) == expected, (name, workers)
+            sampler.set_epoch(0)
+            running = iter(loader)
+            first = next(running).tolist()
+            sampler.set_epoch(1)
+            assert first + flat([b.tolist() for b in running]) == zero, (name, workers)
+    table = build(set_epoch_timing).tables[0].frame
+    assert table["ours the same"].all()
+    changed = table[table["that is epoch"] == 1]
+    assert changed[["iterating", "set_epoch(1) called"]].values.tolist() == [
+        ["DataLoader, no workers", "after iter(loader)"]
+    ]
+    assert (table.drop(changed.index)["that is epoch"] == 0).all()
+
+
+# --- torch.manual_seed ----------------------------------------------------------------------
+
+
+def test_sampler_ignores_torch_manual_seed() -> None:
+    state = torch.random.get_rng_state()
+    orders = {}
+    for seed in (0, 1, 7):
+        torch.manual_seed(seed)
+        for name, sampler_class in SAMPLERS.items():
+            orders[name, seed] = list(sampler_class(range(10), num_replicas=2, rank=0))
+        torch.manual_seed(seed)
+        orders["loader", seed] = flat(
+            [b.tolist() for b in DataLoader(range(10), batch_size=10, shuffle=True)]
+        )
+    torch.random.set_rng_state(state)
+    default = epoch_order(10, 0, 0)[0::2]  # seed 0, epoch 0, rank 0 of 2
+    assert all(orders[name, seed] == default for name in SAMPLERS for seed in (0, 1, 7))
+    assert len({tuple(orders["loader", seed]) for seed in (0, 1, 7)}) == 3
+
+    before = torch.random.get_rng_state()
+    table = build(manual_seed).tables[0].frame
+    assert torch.equal(torch.random.get_rng_state(), before)  # the study restores the RNG
+    assert set(table["stock, no seed argument"]) == {json.dumps(default)}
+    assert set(table["ours, no seed argument"]) == {json.dumps(default)}
+    assert table["stock, seed=manual seed"].nunique() == len(manual_seed.MANUAL_SEEDS)
+    assert table["DataLoader shuffle=True, no sampler"].nunique() == len(manual_seed.MANUAL_SEEDS)
+
+
+# --- equal batch counts -------------------------------------------------------------------
+
+
+@implementations
+@given(small_cases)
+def test_every_rank_gets_the_same_number_of_batches(name: str, case: Case) -> None:
+    case = replace(case, implementation=name)
+    assert len({len(batches) for batches in loader_batches(case, 0)}) == 1
+
+
+def test_distributed_samplers_give_every_rank_equal_batches() -> None:
+    # By hand: 5 samples in contiguous chunks of 3 on 2 ranks -> 3 and 2 samples.
+    chunks = [range(0, 3), range(3, 5)]
+    counts = [len(list(DataLoader(list(chunk), batch_size=2))) for chunk in chunks]
+    assert counts == [2, 1]
+    assert equal_batches.batch_counts(equal_batches.SPLITS[CONTIGUOUS], 5, 2, 2, False) == [2, 1]
+    assert equal_batches.batch_counts(equal_batches.SPLITS[STRIDED], 3, 2, 1, False) == [2, 1]
+    for split_name, split in equal_batches.SPLITS.items():
+        if "DistributedSampler" in split_name:
+            for size, world in ((5, 2), (33, 8), (1, 4)):
+                counts = equal_batches.batch_counts(split, size, world, 4, False)
+                assert len(set(counts)) == 1, (split_name, size, world)
+    table = build(equal_batches).tables[0].frame
+    sampled = table["how each rank gets its part"].str.contains("DistributedSampler")
+    assert (table[sampled][equal_batches.DIFFER] == 0).all()
+    assert (table[~sampled][equal_batches.DIFFER] > 0).all()
+    assert (table[~sampled]["largest difference (batches)"] >= 1).all()
+
+
+CONTIGUOUS = "contiguous Subset chunks of ceil(N/W)"
+STRIDED = "every W-th sample: Subset(range(rank, N, W))"
+
+
+# --- persistent workers -------------------------------------------------------------------
+
+
+def test_persistent_workers_change_later_epochs() -> None:
+    def epochs(workers: int, persistent: bool) -> list[list[int]]:
+        loader = DataLoader(
+            range(10),
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(0),
+            num_workers=workers,
+            persistent_workers=persistent,
+        )
+        return [flat([b.tolist() for b in loader]) for _ in range(3)]
+
+    plain, persistent = epochs(0, False), epochs(2, True)
+    assert epochs(2, False) == plain
+    assert persistent[0] == plain[0] and persistent[1] != plain[1] and persistent[2] != plain[2]
+    # The mechanism: a new iterator draws a base seed, then RandomSampler draws the
+    # permutation (and a second one it slices to the empty remainder).
+    for new_iterators, expected in ((3, plain), (1, persistent)):
+        generator = torch.Generator().manual_seed(0)
+        drawn = []
+        for epoch in range(3):
+            if epoch < new_iterators:
+                torch.empty((), dtype=torch.int64).random_(generator=generator)
+            drawn.append(torch.randperm(10, generator=generator).tolist())
+            torch.randperm(10, generator=generator)
+        assert drawn == expected, new_iterators
+
+    table = build(persistent_workers).tables[0].frame
+    differing = table[~table["same as without workers"]]
+    assert set(differing["DataLoader"]) == {"2 persistent workers"}
+    assert set(differing["epoch"]) == {1, 2}
+    assert differing["set-up"].str.contains("no sampler").all()
 
 
 # --- padding ------------------------------------------------------------------------------
@@ -318,6 +458,27 @@ def test_last_batch_of_one_breaks_batchnorm() -> None:
     assert len(one) == 1 and not one.iloc[0]["DataLoader drop_last"]
     assert one.iloc[0]["train mode"].startswith("ValueError: Expected more than 1 value")
     assert (outcomes[outcomes["batch size"] > 1]["train mode"] == "ok").all()
+
+    # By input shape: train mode fails exactly when a channel holds a single value.
+    message = "Expected more than 1 value per channel when training"
+    for layer, shape, fails in (
+        (torch.nn.BatchNorm1d(3), (1, 3), True),
+        (torch.nn.BatchNorm1d(3), (1, 3, 1), True),
+        (torch.nn.BatchNorm1d(3), (1, 3, 5), False),
+        (torch.nn.BatchNorm2d(3), (1, 3, 1, 1), True),
+        (torch.nn.BatchNorm2d(3), (1, 3, 4, 4), False),
+    ):
+        if fails:
+            with pytest.raises(ValueError, match=message):
+                layer.train()(torch.ones(shape))
+        else:
+            layer.train()(torch.ones(shape))
+        layer.eval()(torch.ones(shape))
+    shapes = build(batch_of_one).tables[2].frame
+    failing = shapes[shapes["train mode"] != "ok"]
+    assert failing["input shape"].tolist() == ["[1, 3]", "[1, 3, 1]", "[1, 3, 1, 1]"]
+    assert failing["train mode"].str.startswith(f"ValueError: {message}").all()
+    assert (shapes["eval mode"] == "ok").all()
 
 
 @given(small_cases.filter(lambda case: case.batch_size > 1))
@@ -489,6 +650,17 @@ def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
     assert ours_rank.peak_to_first < stock_rank.peak_to_first / 5
 
 
+def test_crossover_names_the_first_size_from_which_ours_uses_less() -> None:
+    sizes = [10, 100, 300, 1000]
+    stock = pd.Series([5, 50, 150, 500], index=sizes)
+    assert cost.crossover(stock, pd.Series([9, 60, 100, 200], index=sizes)) == (
+        "more up to 100 samples, less from 300 on"
+    )
+    assert cost.crossover(stock, pd.Series([1, 1, 1, 1], index=sizes)).startswith("less at every")
+    assert cost.crossover(stock, stock).startswith("more or the same at every")
+    assert cost.crossover(stock, pd.Series([1, 60, 1, 600], index=sizes)) == "less at 10, 300"
+
+
 # --- prose of the real-process findings (their measurements are in test_real_processes) ---
 
 SEED_DRAW = "draw one seed fewer"
@@ -542,7 +714,7 @@ def test_real_process_prose_states_only_causes_its_tables_show() -> None:
     )
     assert "2 runs differ: a and b. 1 of them is NOT reproduced" in two and SEED_DRAW not in two
     none = real_processes.explain(_comparison(("c", sampler, 0, False, None, None)))
-    assert none.startswith("1 of 1 runs match") and none.endswith("No run differs.")
+    assert none.startswith("1 of 1 runs match") and "No run differs." in none
 
 
 def test_collective_prose_covers_every_collective_of_a_pattern() -> None:

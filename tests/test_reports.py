@@ -19,12 +19,13 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
 import studies.report as report
-from studies.figures import draw_layout, render_png
-from studies.findings import cost, is_slow, modules
+from studies.figures import draw_layout, draw_lines, render_png
+from studies.findings import Table, cost, is_slow, modules
 from studies.report import MANIFEST, finding_header, render, write_reports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,3 +134,89 @@ def test_write_reports_removes_only_its_own_stale_files(
     assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "a.md", "notes.md"]
     assert (tmp_path / "a.md").read_bytes() == b"B"
     assert (tmp_path / MANIFEST).read_text() == "a.md\n"
+
+
+def test_readme_opens_with_the_answers(rendered: dict[str, bytes]) -> None:
+    text = rendered["README.md"].decode()
+    answers_at = text.index("## If you are doing X, use Y")
+    assert answers_at < text.index("## Findings") < text.index("## Tables")
+    assert "[experiment.csv](experiment.csv)" in text
+    header = text[answers_at:].splitlines()[2]
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "if you are doing",
+        "use",
+        "because",
+    ]
+
+
+def test_experiment_csv_has_a_row_per_batch(rendered: dict[str, bytes]) -> None:
+    lines = rendered["experiment.csv"].decode().splitlines()
+    assert lines[0].split(",")[:1] + lines[0].split(",")[-4:] == [
+        "case", "epoch", "rank", "batch", "indices"
+    ]  # fmt: skip
+    assert len(lines) - 1 == 40  # the 40 batches the blog post printed
+
+
+def test_tables_show_varying_columns_in_words() -> None:
+    frame = pd.DataFrame(
+        {
+            "implementation": ["torch", "samplers"],
+            "world_size": [2, 4],
+            "shuffle": [True, True],
+            "indices": [[1], [2]],
+        }
+    )
+    text = report._table_markdown(Table("T", frame))
+    assert "In every row, shuffle: True." in text
+    header = next(line for line in text.splitlines() if line.startswith("| "))
+    assert [cell.strip() for cell in header.strip("|").split("|")] == [
+        "sampler",
+        "world size",
+        "indices",
+    ]
+    assert "| stock " in text and "| ours " in text
+    one_row = report._table_markdown(Table("T", frame.head(1)))
+    assert "In every row" not in one_row  # one row: nothing is constant, all is shown
+
+
+def test_long_tables_go_to_csv_with_their_summary() -> None:
+    long = pd.DataFrame({"n": range(40), "kind": ["a", "b"] * 20})
+    with pytest.raises(ValueError, match="more than 30"):
+        Table("Long", long)
+    summary = long.groupby("kind").size().reset_index(name="rows")
+    table = Table("Long", long, name="long", summary=summary)
+    text = report._table_markdown(table, "x-long.csv")
+    assert "The whole table (40 rows) is [x-long.csv](x-long.csv)" in text
+    assert "| a " in text and "|   39 |" not in text
+
+
+def test_lines_that_overlap_stay_visible_and_are_named() -> None:
+    def draw(figure: Figure) -> None:
+        draw_lines(
+            figure,
+            [1, 2, 3],
+            {"a": [1.0, 2.0, 3.0], "b": [1.0, 2.01, 3.0], "c": [3.0, 1.0, 0.5]},
+            xlabel="x",
+            ylabel="y",
+        )
+        lines = figure.axes[0].get_lines()
+        assert [line.get_label() for line in lines] == ["a", "b (overlaps a)", "c"]
+        assert lines[0].get_linewidth() > lines[1].get_linewidth()  # a shows around b
+        assert lines[0].get_zorder() < lines[1].get_zorder()
+        assert lines[2].get_linewidth() == lines[1].get_linewidth()
+        assert figure.axes[0].get_xlabel() == "x" and figure.axes[0].get_ylabel() == "y"
+
+    render_png(draw, (4.0, 3.0))
+
+
+def test_layout_digits_sit_above_the_hatching() -> None:
+    def draw(figure: Figure) -> None:
+        draw_layout(figure, [7, 8], ranks=[0, 1], slots=[0, 0], world_size=2, padding=[False, True])
+        axes = figure.axes[0]
+        hatch = next(patch for patch in axes.patches if patch.get_hatch())
+        digits = [text for text in axes.texts if text.get_text() == "8"]
+        assert digits and all(text.get_zorder() > hatch.get_zorder() for text in digits)
+        assert digits[0].get_bbox_patch() is not None  # on a plain box
+        assert axes.get_xlabel() and axes.get_ylabel() == "rank"
+
+    render_png(draw, (3.0, 2.0))

@@ -30,6 +30,11 @@ How to add a finding
        processes). The fast staleness test then checks only the section's generated
        header, not its body; ``write_reports`` always builds it.
 
+   A table for a reader shows what varies: the report states columns that hold one
+   value in every row in a single line, writes code-named headers in words, and writes
+   a table longer than :data:`LONG_TABLE_ROWS` rows to a CSV file, showing the
+   ``summary`` the :class:`Table` must then carry.
+
 2. Add the module's name to :data:`MODULES`, where its position is its number in the
    reports.
 
@@ -51,6 +56,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 __all__ = [
+    "LONG_TABLE_ROWS",
     "MODULES",
     "Evidence",
     "Finding",
@@ -65,17 +71,24 @@ __all__ = [
 MODULES: tuple[str, ...] = (
     "experiment",
     "set_epoch",
+    "set_epoch_timing",
+    "manual_seed",
     "padding",
     "drop_last",
     "batch_of_one",
     "tiny_datasets",
+    "equal_batches",
     "seed_per_rank",
     "strided_prefix",
     "distributed_evaluation",
+    "persistent_workers",
     "cost",
     "real_processes",
     "collective_evaluation",
 )
+
+#: Tables with more rows go to CSV files (see :class:`Table`).
+LONG_TABLE_ROWS = 30
 
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _GUARD = re.compile(r"^tests/[A-Za-z0-9_/]+\.py::test_[A-Za-z0-9_]+$")
@@ -87,6 +100,10 @@ class Table:
 
     ``floatfmt`` and ``intfmt`` are tabulate's: one format for every column, or (floats)
     one per column. ``note`` is an optional sentence printed under the title.
+
+    A table longer than :data:`LONG_TABLE_ROWS` rows is written whole to
+    ``<finding>-<name>.csv`` and the Markdown shows its ``summary`` instead, so a long
+    table needs both ``name`` (lowercase words joined by ``-``) and ``summary``.
     """
 
     title: str
@@ -94,6 +111,21 @@ class Table:
     floatfmt: str | Sequence[str] = "g"
     intfmt: str = ""
     note: str = ""
+    name: str = ""
+    summary: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        if self.name and not _NAME.match(self.name):
+            raise ValueError(f"name must be lowercase words joined by '-', got {self.name!r}")
+        if self.is_long() and (not self.name or self.summary is None):
+            raise ValueError(
+                f"table {self.title!r} has {len(self.frame)} rows (more than "
+                f"{LONG_TABLE_ROWS}): give it a name for its CSV file and a summary"
+            )
+
+    def is_long(self) -> bool:
+        """Whether the table goes to a CSV file, with its summary in the Markdown."""
+        return len(self.frame) > LONG_TABLE_ROWS
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pandas as pd
@@ -16,8 +17,11 @@ NAME = "batch-of-one"
 TITLE = "A last batch of one sample breaks BatchNorm in train mode"
 CLAIM = (
     "With 10 samples on 2 ranks and batch size 4, each rank's share of 5 ends in a batch of "
-    "one sample; torch.nn.BatchNorm1d in train mode raises on it, so training crashes at the "
-    "end of the first epoch unless the DataLoader's drop_last is set."
+    "one sample. In train mode BatchNorm raises on a batch of one exactly when each channel "
+    "then holds a single value: BatchNorm1d on [1, C] or [1, C, 1], BatchNorm2d on "
+    "[1, C, 1, 1]; BatchNorm1d on [1, C, L] and BatchNorm2d on [1, C, H, W] with more than "
+    "one position per channel run without error. The DataLoader's drop_last removes the "
+    "batch of one."
 )
 GUARDED_BY = "tests/test_findings.py::test_last_batch_of_one_breaks_batchnorm"
 
@@ -38,6 +42,43 @@ def batchnorm_outcome(batch: list[int], *, train: bool) -> str:
     except Exception as error:  # recorded as measured, whatever torch raises
         return f"{type(error).__name__}: {error}"
     return "ok"
+
+
+#: (layer, input shape) measured on one sample in train and eval mode: C = FEATURES.
+SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("BatchNorm1d", (1, FEATURES)),
+    ("BatchNorm1d", (1, FEATURES, 1)),
+    ("BatchNorm1d", (1, FEATURES, 5)),
+    ("BatchNorm2d", (1, FEATURES, 1, 1)),
+    ("BatchNorm2d", (1, FEATURES, 4, 4)),
+)
+
+
+def shape_outcome(layer_name: str, shape: tuple[int, ...], *, train: bool) -> str:
+    """A fresh layer of ``FEATURES`` channels on ``torch.ones(shape)``: ``"ok"`` or the error."""
+    layer = getattr(torch.nn, layer_name)(FEATURES)
+    layer.train(train)
+    try:
+        layer(torch.ones(shape))
+    except Exception as error:  # recorded as measured, whatever torch raises
+        return f"{type(error).__name__}: {error}"
+    return "ok"
+
+
+def shape_table() -> pd.DataFrame:
+    """Each layer and one-sample input shape, in train and eval mode."""
+    return pd.DataFrame(
+        [
+            {
+                "layer": layer,
+                "input shape": str(list(shape)),
+                "values per channel": math.prod(shape) // FEATURES,
+                "train mode": shape_outcome(layer, shape, train=True),
+                "eval mode": shape_outcome(layer, shape, train=False),
+            }
+            for layer, shape in SHAPES
+        ]
+    )
 
 
 def build() -> Evidence:
@@ -97,6 +138,19 @@ def build() -> Evidence:
         "dropped, and "
         f"with it {joined(held_back)} sample(s) per rank per epoch."
     )
+    shapes = shape_table()
+    failing = shapes[shapes["train mode"] != "ok"]
+    passing = shapes[shapes["train mode"] == "ok"]
+    prose += (
+        f"\n\nOn one sample in train mode, {joined(_named(failing))} raised; "
+        f"{joined(_named(passing))} did not. The failing inputs have "
+        f"{joined(sorted(set(failing['values per channel'])))} value(s) per channel, the "
+        f"passing ones {joined(sorted(set(passing['values per channel'])))}: the batch "
+        "statistics need more than one value per channel, so a batch of one breaks "
+        "per-sample features (BatchNorm1d on [1, C]) and 1x1 feature maps, while sequences "
+        "and images are normalised over their positions. In eval mode "
+        f"{'every input ran' if (shapes['eval mode'] == 'ok').all() else 'some input failed'}."
+    )
     return Evidence(
         prose=prose,
         tables=(
@@ -109,5 +163,14 @@ def build() -> Evidence:
                     "the error type and message are what torch raised in this run."
                 ),
             ),
+            Table(
+                "BatchNorm on one sample, by input shape",
+                shapes,
+                note=f"A fresh layer with C = {FEATURES} channels fed torch.ones(shape).",
+            ),
         ),
     )
+
+
+def _named(rows: pd.DataFrame) -> list[str]:
+    return [f"{row['layer']} on {row['input shape']}" for _, row in rows.iterrows()]

@@ -28,9 +28,15 @@ DATASET_SIZES: tuple[int, ...] = (11, 101, 1_001, 10_001, 100_001)
 WORLD_SIZES: tuple[int, ...] = (2, 3, 8, 64)
 
 #: Column of each pattern's error in the table.
-ERROR_COLUMNS = {pattern: f"{pattern} error" for pattern in PATTERNS}
+#: The evaluation patterns in words, for the table's headers.
+PATTERN_WORDS = {
+    "mean_of_rank_means": "mean of rank means",
+    "pooled_counts": "summed counts",
+    "gathered": "gathered",
+}
+ERROR_COLUMNS = {pattern: f"{PATTERN_WORDS[pattern]}: error" for pattern in PATTERNS}
 #: Column of the difference between the two patterns that count the padding.
-MEANS_MINUS_POOLED = "mean_of_rank_means - pooled_counts"
+MEANS_MINUS_POOLED = "mean of rank means - summed counts"
 
 
 def evaluate(dataset_size: int, world_size: int) -> dict[str, float]:

@@ -86,7 +86,11 @@ def explain(result: Comparison) -> str:
         f"{int(matches['world_size'].min())} to {int(matches['world_size'].max())})."
     )
     if failing.empty:
-        return prose + " No run differs."
+        return prose + (
+            " No run differs. The DataLoader option known to change a shuffled order, "
+            "persistent workers without a sampler, is measured in-process in the "
+            "persistent-workers finding."
+        )
     count = len(failing)
     prose += f" {count} run{' differs' if count == 1 else 's differ'}: {joined(failing['label'])}."
     reproduced = failing[failing["same_in_process"].map(_is_true)]
@@ -120,6 +124,28 @@ def explain(result: Comparison) -> str:
     return prose
 
 
+def run_kinds(matches: pd.DataFrame) -> pd.DataFrame:
+    """The runs grouped by kind (experiment or grid), sampler and DataLoader workers."""
+    kind = matches["label"].map(lambda label: str(label).split(" ", 1)[0])
+    table = (
+        matches.assign(kind=kind)
+        .groupby(["kind", "implementation", "num_workers", "persistent_workers"], sort=True)
+        .agg(
+            runs=("match", "size"),
+            matching=("match", "sum"),
+            batches=("processes_rows", "sum"),
+        )
+        .reset_index()
+    )
+    return table.rename(columns={"kind": "runs of"})
+
+
+def mismatch_runs(mismatches: pd.DataFrame) -> pd.DataFrame:
+    """Each mismatching run: how many rows each source gave."""
+    table = mismatches.groupby(["label", "source"], sort=True).size().reset_index(name="rows")
+    return table
+
+
 def build() -> Evidence:
     result = comparison()
     matches = result.matches
@@ -134,14 +160,18 @@ def build() -> Evidence:
                 "Every run: real processes vs the simulation",
                 matches,
                 note=(
-                    "`same_in_process` is filled for mismatches only: whether an in-process "
-                    "run with the same DataLoader options gives the real rows."
+                    "`reproduced in-process` is filled for mismatches only: whether an "
+                    "in-process run with the same DataLoader options gives the real rows."
                 ),
+                name="runs",
+                summary=run_kinds(matches),
             ),
             Table(
                 "Every row of every mismatching run, from both sources",
                 mismatches,
                 note="Empty when every run matches.",
+                name="mismatches",
+                summary=mismatch_runs(result.mismatches),
             ),
         ),
     )

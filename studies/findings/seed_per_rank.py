@@ -86,9 +86,12 @@ def build() -> Evidence:
             figure,
             table["world size"].tolist(),
             {
-                "never seen (seed = rank)": table["never seen (fraction)"].tolist(),
-                "seen twice or more (seed = rank)": table["seen twice or more (fraction)"].tolist(),
-                "never seen (same seed)": (table["same seed: never seen"] / DATASET_SIZE).tolist(),
+                "(1 - 1/W)^W": table["independent draws: never (fraction)"].tolist(),
+                "never seen, seed = rank": table["never seen (fraction)"].tolist(),
+                "seen twice or more, seed = rank": table["seen twice or more (fraction)"].tolist(),
+                "never seen, one seed for all": (
+                    table["same seed: never seen"] / DATASET_SIZE
+                ).tolist(),
             },
             xlabel="world size",
             ylabel=f"fraction of the {DATASET_SIZE} samples, one epoch",
@@ -157,7 +160,7 @@ def build() -> Evidence:
                 "coverage",
                 "Fraction of the dataset never seen and seen twice, by world size",
                 draw,
-                size=(6.4, 3.6),
+                size=(6.4, 4.6),
             ),
         ),
     )

@@ -103,10 +103,14 @@ def build() -> Evidence:
     prose = (
         f"In {int(table['= first positions of the order'].sum())} of {len(table)} steps "
         "measured, the samples consumed so far were exactly the first positions of the "
-        "padded epoch order (as a multiset). A checkpoint therefore needs only the epoch, the "
-        "seed and the number of samples consumed: the rest of the epoch is the rest of the "
-        "order, which any number of ranks can share out again. "
-        f"{padding_sentence}"
+        "padded epoch order (as a multiset). So the position in an epoch is one number, "
+        "the samples consumed, and a checkpoint needs only that, the epoch and the seed: the "
+        "rest of the epoch is the rest of the order, which any number of ranks could share "
+        "out again. "
+        f"{padding_sentence} What is missing: neither the stock sampler nor ours can start an "
+        "epoch part-way (there is no resume API yet), so a job restarted from such a "
+        "checkpoint today replays the epoch from its start, or skips batches by iterating "
+        "past them."
         if bool(table["= first positions of the order"].all())
         else f"In only {int(table['= first positions of the order'].sum())} of {len(table)} "
         "steps were the samples consumed the first positions of the epoch order."

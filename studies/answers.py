@@ -1,0 +1,145 @@
+"""The reports' opening table: for a job, what to use and which finding says why.
+
+Guarantee: every number in :func:`answers` is read from the built findings' tables (the
+same ones the reports show), and every recommendation names only options that exist in
+torch or in this project today; where an API is missing, the row says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from studies.findings import Finding
+from studies.findings.distributed_evaluation import ERROR_COLUMNS
+
+__all__ = ["COLUMNS", "NEEDED", "answers"]
+
+#: The table's columns.
+COLUMNS = ("if you are doing", "use", "because")
+
+#: The findings (by NAME) whose tables the answers read; all of them are fast to build.
+NEEDED = (
+    "distributed-evaluation",
+    "set-epoch",
+    "set-epoch-timing",
+    "manual-seed",
+    "seed-per-rank",
+    "tiny-datasets",
+    "drop-last",
+    "equal-batch-counts",
+    "batch-of-one",
+    "strided-prefix",
+)
+
+
+def _table(findings: Mapping[str, Finding], name: str, number: int = 0) -> pd.DataFrame:
+    if name not in findings:
+        raise KeyError(f"the answers need the finding {name!r}, which was not built")
+    return findings[name].tables[number].frame
+
+
+def _link(findings: Mapping[str, Finding], name: str) -> str:
+    return f"[{name}]({name}.md)"
+
+
+def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
+    """One row per job: what to use, and the measured reason, linking its findings."""
+    link = {name: _link(findings, name) for name in NEEDED}
+
+    evaluation = _table(findings, "distributed-evaluation")
+    pooled = float(evaluation[ERROR_COLUMNS["pooled_counts"]].abs().max())
+    gathered = float(evaluation[ERROR_COLUMNS["gathered"]].abs().max())
+
+    repeats = _table(findings, "set-epoch")
+    without = repeats[~repeats["set_epoch"]]
+    repeated = int(without["later epochs equal to epoch 0"].sum())
+    later = int((without["epochs"] - 1).sum())
+    seeds = _table(findings, "manual-seed")
+    ignored = int(seeds["stock, no seed argument"].nunique())
+    coverage = _table(findings, "seed-per-rank")
+    unseen = float(coverage["never seen (fraction)"].max())
+    timing = _table(findings, "set-epoch-timing")
+    kept = int((timing["that is epoch"] == 0).sum())
+
+    tiny = _table(findings, "tiny-datasets")
+    trimmed = tiny[tiny["sampler drop_last"]]
+    emptied = int((trimmed["distinct samples received"] == 0).sum())
+    copies = int(tiny["copies of the most repeated sample"].max())
+    dropping = _table(findings, "drop-last")
+    empty = dropping[dropping["empty epoch"]]
+    empty_example = (
+        f"{int(empty.iloc[0]['dataset size'])} samples on {int(empty.iloc[0]['world size'])} "
+        f"ranks with batch size {int(empty.iloc[0]['batch size'])} gave an empty epoch"
+        if not empty.empty
+        else "no configuration measured gave an empty epoch"
+    )
+
+    counts = _table(findings, "equal-batch-counts")
+    by_sampler = counts["how each rank gets its part"].str.contains("DistributedSampler")
+    sampler_unequal = int(counts[by_sampler]["ranks' batch counts differ"].sum())
+    by_hand_unequal = int(counts[~by_sampler]["ranks' batch counts differ"].min())
+    total = int(counts["configurations"].iloc[0])
+
+    norms = _table(findings, "batch-of-one", 2)
+    failing = norms[norms["train mode"] != "ok"]
+    failing_inputs = ", ".join(
+        f"{row['layer']} {row['input shape']}" for _, row in failing.iterrows()
+    )
+
+    prefix = _table(findings, "strided-prefix")
+    prefixes = int(prefix["= first positions of the order"].sum())
+
+    rows = [
+        (
+            "evaluation",
+            "`shuffle=False`; gather per-sample results (`all_gather_object`), interleave them "
+            "by rank and truncate to the dataset size. Do not sum counts or average rank "
+            "means over padded shards.",
+            f"{link['distributed-evaluation']}: summed counts were off by up to {pooled:.1e}; "
+            + ("gathering was exact." if gathered == 0 else f"gathering by {gathered:.1e}."),
+        ),
+        (
+            "training",
+            "A DistributedSampler with `shuffle=True`, the same `seed=` on every rank, and "
+            "`sampler.set_epoch(epoch)` before each epoch's loop starts.",
+            f"{link['set-epoch']}: without set_epoch {repeated} of {later} later epochs "
+            f"repeated epoch 0; {link['manual-seed']}: {len(seeds)} torch.manual_seed values "
+            f"gave {ignored} sampler order(s); {link['seed-per-rank']}: seed=rank left up to "
+            f"{unseen:.0%} of the samples unseen; {link['set-epoch-timing']}: set_epoch "
+            f"called after iteration began had no effect in {kept} of {len(timing)} cases.",
+        ),
+        (
+            "small datasets",
+            "The sampler's `drop_last=False` when there are fewer samples than ranks, and "
+            "the DataLoader's `drop_last=False` when a rank's share is smaller than the batch "
+            "size; expect repeated samples. Ours warns when drop_last empties every rank.",
+            f"{link['tiny-datasets']}: with the sampler's drop_last {emptied} of "
+            f"{len(trimmed)} tiny configurations gave every rank nothing, without it a "
+            f"sample was handed out up to {copies} times; {link['drop-last']}: "
+            f"{empty_example}.",
+        ),
+        (
+            "splitting data across ranks",
+            "A DistributedSampler (stock or ours), not Subset chunks or slicing per rank.",
+            f"{link['equal-batch-counts']}: ranks' batch counts differed in {sampler_unequal} "
+            f"of {total} configurations with a DistributedSampler, in {by_hand_unequal} or more "
+            "with each hand-made split.",
+        ),
+        (
+            "BatchNorm",
+            "The DataLoader's `drop_last=True` (or a batch size that leaves no rank a last "
+            "batch of one).",
+            f"{link['batch-of-one']}: in train mode a batch of one raised with {failing_inputs}.",
+        ),
+        (
+            "checkpointing",
+            "Save the epoch, the seed and the samples consumed (steps x batch size x world "
+            "size). There is no resume API yet: neither sampler can start part-way through "
+            "an epoch.",
+            f"{link['strided-prefix']}: after {prefixes} of the {len(prefix)} steps "
+            "measured, the consumed samples were a prefix of the epoch order.",
+        ),
+    ]
+    return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -1,0 +1,106 @@
+"""Finding: persistent DataLoader workers change a shuffled DataLoader's later epochs."""
+
+from __future__ import annotations
+
+import pandas as pd
+from torch.utils.data import DataLoader
+
+from studies.cases import Case
+from studies.findings import Evidence, Table
+from studies.findings.observe import joined, listed
+from studies.simulate import IndexDataset, make_loader, make_sampler
+
+NAME = "persistent-workers"
+TITLE = "Persistent workers change a shuffled DataLoader's order from the second epoch on"
+CLAIM = (
+    "A DataLoader that shuffles with its own generator (no sampler) draws each new "
+    "iterator's worker seed from that generator too. With persistent_workers=True it keeps "
+    "one iterator, so from epoch 1 on it draws one number fewer per epoch and shuffles "
+    "differently than without workers or without persistence; epoch 0 is the same. A "
+    "DistributedSampler's order does not depend on the DataLoader's generator, so it is "
+    "the same with any workers."
+)
+GUARDED_BY = "tests/test_findings.py::test_persistent_workers_change_later_epochs"
+
+DATASET_SIZE = 10
+BATCH_SIZE = 4
+EPOCHS = 3
+WORKERS = 2
+
+#: (DataLoader options in words, num_workers, persistent_workers).
+LOADERS: tuple[tuple[str, int, bool], ...] = (
+    ("no workers", 0, False),
+    (f"{WORKERS} workers", WORKERS, False),
+    (f"{WORKERS} persistent workers", WORKERS, True),
+)
+
+
+def orders(case: Case, num_workers: int, persistent: bool) -> list[list[int]]:
+    """Rank 0's order in each epoch (set_epoch called when the case has a sampler)."""
+    dataset = IndexDataset(case.dataset_size)
+    sampler = make_sampler(case, dataset, 0)
+    loader: DataLoader[int] = make_loader(
+        case, dataset, sampler, num_workers=num_workers, persistent_workers=persistent
+    )
+    result = []
+    for epoch in range(case.epochs):
+        if sampler is not None and case.set_epoch:
+            sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        result.append([index for batch in loader for index in batch.tolist()])
+    return result
+
+
+#: The two set-ups: a shuffling DataLoader without sampler, and the stock sampler.
+CASES: dict[str, Case] = {
+    "DataLoader(shuffle=True, generator seeded 0), no sampler": Case(
+        DATASET_SIZE, 1, BATCH_SIZE, epochs=EPOCHS, implementation="none"
+    ),
+    "stock DistributedSampler (1 rank), set_epoch": Case(
+        DATASET_SIZE, 1, BATCH_SIZE, epochs=EPOCHS
+    ),
+}
+
+
+def build() -> Evidence:
+    rows = []
+    for setup, case in CASES.items():
+        baseline = orders(case, 0, False)
+        for words, workers, persistent in LOADERS:
+            measured = baseline if workers == 0 else orders(case, workers, persistent)
+            for epoch, order in enumerate(measured):
+                rows.append(
+                    {
+                        "set-up": setup,
+                        "DataLoader": words,
+                        "epoch": epoch,
+                        "order": listed(order),
+                        "same as without workers": order == baseline[epoch],
+                    }
+                )
+    table = pd.DataFrame(rows)
+    differing = table[~table["same as without workers"]]
+    no_sampler = next(iter(CASES))
+    shuffled = differing[differing["set-up"] == no_sampler]
+    with_sampler = differing[differing["set-up"] != no_sampler]
+    prose = (
+        f"{DATASET_SIZE} samples, batch size {BATCH_SIZE}, {EPOCHS} epochs, in this process. "
+        "Without a sampler, the DataLoader's order differed from the run without workers in "
+        + (
+            f"epoch{'s' if shuffled['epoch'].nunique() > 1 else ''} "
+            f"{joined(sorted(set(shuffled['epoch'])))} and only with "
+            f"{joined(sorted(set(shuffled['DataLoader'])))}"
+            if not shuffled.empty
+            else "no epoch"
+        )
+        + f"; with the stock DistributedSampler, in {len(with_sampler)} epochs. "
+        "Every new DataLoader iterator, with or without workers, draws one number from the "
+        "generator for the workers' base seed besides the permutation; persistent workers "
+        "keep the first iterator, so from epoch 1 on only the permutation is drawn and it "
+        "comes from another generator state. Seeding a run therefore does not make its "
+        "order independent of the worker settings: compare runs with the same num_workers "
+        "and persistent_workers, or shuffle with a DistributedSampler."
+    )
+    return Evidence(
+        prose=prose,
+        tables=(Table("Rank 0's order per epoch, by DataLoader workers", table),),
+    )
