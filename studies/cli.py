@@ -4,7 +4,7 @@
 epoch and rank by rank, the batches each rank's DataLoader yields, then the case's
 summary and what is wrong with it and how to fix it. ``--format csv|json`` prints the
 tidy table instead (``studies.simulate.COLUMNS``). ``--launch`` runs real processes
-(``studies.launch.run_case``) instead of simulating; the output is the same either way.
+(``studies.distributed.case_runs.run_case``) instead of simulating; the output is the same either way.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     case = _case(parser, args)
     try:
         if args.launch:
-            from studies.launch import run_case
+            from studies.distributed.case_runs import run_case
 
             rows = run_case(case, num_workers=args.num_workers)
         else:

@@ -123,9 +123,9 @@ def test_launch_passes_the_case_and_a_failed_launch_is_a_clean_error(
         calls.append((case, num_workers))
         raise RuntimeError("rank 1 of world_size=2 exited with code 1")
 
-    launch = types.ModuleType("studies.launch")
+    launch = types.ModuleType("studies.distributed.case_runs")
     launch.run_case = run_case  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "studies.launch", launch)
+    monkeypatch.setitem(sys.modules, "studies.distributed.case_runs", launch)
     code, out, err = run(capsys, *BASE, "--num-workers", "2", "--launch")
     assert calls == [(Case(5, 2, 4), 2)]
     assert code == 1

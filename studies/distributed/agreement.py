@@ -1,10 +1,10 @@
 """Does the simulation predict real processes? Run both and compare row by row.
 
-:func:`compare` runs each :class:`~studies.launch.Run` in real processes (gloo, the
-sampler reading its placement from the process group, real DataLoader workers) and
-in-process with :func:`studies.simulate.case_rows` (no workers), and compares the tidy
-rows exactly: same batches, same indices, same order. :func:`verification_runs` is the
-set the report checks: the shared experiment plus a grid over world sizes 1 to 8.
+:func:`compare` runs each :class:`~studies.distributed.case_runs.Run` in real processes
+(gloo, the sampler reading its placement from the process group, real DataLoader
+workers) and in-process with :func:`studies.simulate.case_rows` (no workers), and
+compares the tidy rows exactly: same batches, same indices, same order.
+:func:`verification_runs` is the set the report checks: the shared experiment plus a grid over world sizes 1 to 8.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 
 from studies.cases import CASE_COLUMNS, EXPERIMENT, Case, Implementation
-from studies.launch import Run, run_many
-from studies.processes import DEFAULT_TIMEOUT
+from studies.distributed.case_runs import Run, run_many
+from studies.distributed.local_ranks import DEFAULT_TIMEOUT
 from studies.simulate import COLUMNS, case_rows
 
 __all__ = ["MATCH_COLUMNS", "MISMATCH_COLUMNS", "Comparison", "compare", "verification_runs"]

@@ -74,7 +74,13 @@ __all__ = [
 HOST = "127.0.0.1"
 START_METHOD = "forkserver"
 #: Imported once by the fork server, so ranks start without importing torch again.
-PRELOAD = ("torch", "torch.distributed", "pandas", "studies.simulate", "studies.processes")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "pandas",
+    "studies.simulate",
+    "studies.distributed.local_ranks",
+)
 #: Seconds a whole launch may take (start-up, rendezvous, work and exit) by default.
 DEFAULT_TIMEOUT = 120.0
 #: Seconds to wait for killed processes to be reaped.
