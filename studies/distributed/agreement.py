@@ -4,7 +4,8 @@
 (gloo, the sampler reading its placement from the process group, real DataLoader
 workers) and in-process with :func:`studies.simulate.case_rows` (no workers), and
 compares the tidy rows exactly: same batches, same indices, same order.
-:func:`verification_runs` is the set the report checks: the shared experiment plus a grid over world sizes 1 to 8.
+:func:`verification_runs` is the set the report checks: the shared experiment plus a
+grid over world sizes 1 to 8.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Each rank is a real process in a gloo process group (see
 :mod:`studies.distributed.local_ranks`) and builds its loader as a training script does:
 ``DistributedSampler(dataset, shuffle=..., seed=..., drop_last=...)`` with no
 ``num_replicas``/``rank``, so both come from the process group; ``set_epoch`` before
-each epoch as the case says; a ``DataLoader`` with the requested ``num_workers``/``persistent_workers``. The sampler and loader come from
+each epoch as the case says; a ``DataLoader`` with the requested
+``num_workers``/``persistent_workers``. The sampler and loader come from
 :func:`studies.simulate.make_sampler`/:func:`~studies.simulate.make_loader`, and the rows
 from :func:`studies.simulate.tidy_rows`, so the only thing that can differ from
 :func:`studies.simulate.simulate` is what the ranks actually received.
