@@ -508,13 +508,10 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     try:
         check_output(args.output, force=args.force)
+        paths = write_reports(output=args.output, progress=not args.no_progress, force=args.force)
     except OutputError as error:
-        parser.error(str(error))
-    progress = not args.no_progress
-    try:
-        paths = write_reports(output=args.output, progress=progress, force=args.force)
-    except OutputError as error:
-        parser.error(str(error))
+        print(f"dsampler report: error: --output {error}", file=sys.stderr)
+        return 2
     for path in paths:
         print(path)
     return 0

@@ -73,6 +73,16 @@ def _samples(count: int) -> str:
     return f"{count} sample" if count == 1 else f"{count} samples"
 
 
+def _per_rank(values: list[int]) -> str:
+    """Per-rank numbers for a sentence: the list, or its values when long or all alike."""
+    distinct = sorted(set(values))
+    if len(values) > 1 and len(distinct) == 1:
+        return f"{distinct[0]} on every rank"
+    if len(values) > 16:
+        return f"{len(values)} ranks, values {distinct}"
+    return str(values)
+
+
 def _times(count: int) -> str:
     return {1: "once", 2: "twice"}.get(count, f"{count} times")
 
@@ -156,8 +166,7 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
         fix = f"Use at most {ranks} {'rank' if ranks == 1 else 'ranks'}"
     return Verdict(
         "fewer-samples-than-ranks",
-        f"The dataset has {_samples(size)} for {world} ranks, fewer than one per rank: "
-        f"{happens}.",
+        f"The dataset has {_samples(size)} for {world} ranks, fewer than one per rank: {happens}.",
         f"{fix}, or a dataset of at least {world} samples.",
     )
 
@@ -165,7 +174,7 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
 def _no_sampler(case: Case, row: Summary) -> Verdict | None:
     if case.implementation != "none" or row["duplicated_samples"] == 0:
         return None
-    received = row["samples_per_rank"]
+    received = _per_rank(row["samples_per_rank"])
     return Verdict(
         "no-sampler",
         f"Without a DistributedSampler the {case.world_size} ranks received {received} samples "
@@ -244,7 +253,7 @@ def _batch_of_one(case: Case, row: Summary) -> Verdict | None:
     return Verdict(
         "batch-of-one",
         f"With batch size {case.batch_size} some batch holds a single sample (last batch sizes "
-        f"per rank in epoch 0: {row['last_batch_sizes']}): BatchNorm takes its statistics "
+        f"in epoch 0: {_per_rank(row['last_batch_sizes'])}): BatchNorm takes its statistics "
         "from one sample (BatchNorm1d raises on it) and that step's gradient is one sample's.",
         _sentence(fixes),
     )
@@ -309,8 +318,8 @@ def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
         return None
     return Verdict(
         "uneven-batch-counts",
-        f"Ranks get different numbers of batches (epoch 0: {row['batches_per_rank']}): the "
-        "ranks with more batches wait in DDP's gradient all-reduce for ranks that have "
+        "Ranks get different numbers of batches (epoch 0: "
+        f"{_per_rank(row['batches_per_rank'])}): the ranks with more batches wait in DDP's gradient all-reduce for ranks that have "
         "finished, so training hangs or its collectives desynchronise.",
         "Give every rank the same number of batches (a DistributedSampler pads each share to "
         "the same length), or wrap the loop in DDP's join() context manager.",
