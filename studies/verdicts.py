@@ -320,7 +320,8 @@ def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
         "uneven-batch-counts",
         "Ranks get different numbers of batches (epoch 0: "
         f"{_per_rank(row['batches_per_rank'])}): the ranks with more batches wait in DDP's "
-        "gradient all-reduce for ranks that have finished, so training hangs or its collectives desynchronise.",
+        "gradient all-reduce for ranks that have finished, so training hangs or its "
+        "collectives desynchronise.",
         "Give every rank the same number of batches (a DistributedSampler pads each share to "
         "the same length), or wrap the loop in DDP's join() context manager.",
     )
