@@ -441,13 +441,23 @@ def _shown(value: Any) -> str:
 def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from studies.distributed.torchrun import NotStartedByTorchrun, observe, process_group
+    from studies.distributed.torchrun import (
+        NotStartedByTorchrun,
+        observe,
+        process_group,
+        require_environment,
+    )
 
     _check_bounds(parser, args)
     if not args.timeout > 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     case = _case(parser, args, world_size=1)  # the group gives the world size
     options = _loader_options(parser, args)
+    try:
+        require_environment()
+    except NotStartedByTorchrun as error:
+        print(f"dsampler observe: error: {error}", file=sys.stderr)
+        return 2
 
     @record  # torchrun's failure summary then shows this rank's traceback
     def on_rank() -> tuple[str, str] | None:
@@ -471,9 +481,6 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     try:
         answer = on_rank()
-    except NotStartedByTorchrun as error:
-        print(f"dsampler observe: error: {error}", file=sys.stderr)
-        return 2
     except Exception as error:
         rank = os.environ.get("RANK", "?")
         print(f"dsampler observe: error on rank {rank}: {error}", file=sys.stderr)

@@ -38,6 +38,7 @@ __all__ = [
     "backend",
     "observe",
     "process_group",
+    "require_environment",
 ]
 
 #: The variables torchrun sets in every rank's environment that the group is built from.
@@ -63,6 +64,16 @@ class Observation:
     backend: str
 
 
+def require_environment() -> None:
+    """Raise :class:`NotStartedByTorchrun`, naming what is missing, outside a torchrun rank."""
+    missing = [name for name in ENVIRONMENT if not os.environ.get(name)]
+    if missing:
+        raise NotStartedByTorchrun(
+            f"the environment lacks {', '.join(missing)}, which torchrun sets for each rank; "
+            "start it as: torchrun --nproc-per-node N -m studies.cli observe ..."
+        )
+
+
 def backend() -> str:
     """``nccl`` when this process sees a CUDA device, else ``gloo``."""
     return "nccl" if torch.cuda.is_available() else "gloo"
@@ -80,12 +91,7 @@ def process_group(timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    missing = [name for name in ENVIRONMENT if not os.environ.get(name)]
-    if missing:
-        raise NotStartedByTorchrun(
-            f"the environment lacks {', '.join(missing)}, which torchrun sets for each rank; "
-            "start it as: torchrun --nproc-per-node N -m studies.cli observe ..."
-        )
+    require_environment()
     chosen = backend()
     if chosen == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
