@@ -83,6 +83,10 @@ def _per_rank(values: list[int]) -> str:
     return str(values)
 
 
+def _ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
+
+
 def _times(count: int) -> str:
     return {1: "once", 2: "twice"}.get(count, f"{count} times")
 
@@ -161,9 +165,9 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
         )
     ranks = _most_ranks(case, size)
     if ranks is None:
-        fix = f"Set the DataLoader's drop_last=False and use at most {size} ranks"
+        fix = f"Set the DataLoader's drop_last=False and use at most {_ranks(size)}"
     else:
-        fix = f"Use at most {ranks} {'rank' if ranks == 1 else 'ranks'}"
+        fix = f"Use at most {_ranks(ranks)}"
     return Verdict(
         "fewer-samples-than-ranks",
         f"The dataset has {_samples(size)} for {world} ranks, fewer than one per rank: {happens}.",
@@ -174,10 +178,11 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
 def _no_sampler(case: Case, row: Summary) -> Verdict | None:
     if case.implementation != "none" or row["duplicated_samples"] == 0:
         return None
-    received = _per_rank(row["samples_per_rank"])
+    counts = row["samples_per_rank"]
+    each = f"{counts[0]} samples each" if len(set(counts)) == 1 else f"{_per_rank(counts)} samples"
     return Verdict(
         "no-sampler",
-        f"Without a DistributedSampler the {case.world_size} ranks received {received} samples "
+        f"Without a DistributedSampler the {case.world_size} ranks received {each} "
         f"from the {case.dataset_size}-sample dataset in epoch 0, {row['duplicated_samples']} of "
         f"them copies of what another rank also received (each sample up to "
         f"{_times(row['most_copies'])}): every rank repeats the same work.",
@@ -244,7 +249,7 @@ def _batch_of_one(case: Case, row: Summary) -> Verdict | None:
             and not _empties(changed)
         ]
         if ranks:
-            fixes.append(f"use at most {ranks[0]} ranks, so each rank gets two or more samples")
+            fixes.append(f"use at most {_ranks(ranks[0])}, so each rank gets two or more samples")
         else:
             fixes.append(
                 f"no setting avoids it with {_samples(case.dataset_size)}: use a larger "
@@ -288,7 +293,7 @@ def _empty_loader(case: Case, row: Summary) -> Verdict | None:
         fixes.append("set the sampler's drop_last=False")
     ranks = _most_ranks(case, case.world_size - 1) if sampler else None
     if ranks is not None:
-        fixes.append(f"use at most {ranks} {'rank' if ranks == 1 else 'ranks'}")
+        fixes.append(f"use at most {_ranks(ranks)}")
     if not fixes:
         fixes.append("give every rank at least one batch (check the dataset and batch size)")
     return Verdict("empty-loader", finding, _sentence(fixes))
