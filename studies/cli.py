@@ -19,9 +19,9 @@ the simulation. No other rank writes to stdout.
 directory, or one it generated before (``studies.report.check_output``); anything else
 only with ``--force``.
 
-Exit status: 0 on success; 2 for bad options, including an ``--output`` that cannot or
-may not be written, and for ``dsampler`` without a command (it prints the help); 1 when
-a case cannot be run (a rank failed).
+Exit status: 0 on success; 2 for bad options (including an ``--output`` that cannot or
+may not be written, and ``observe`` outside torchrun) and for ``dsampler`` without a
+command (it prints the help); 1 when a case cannot be run (a rank failed).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     case = _case(parser, args, args.world_size)
     if args.summary:
         return _explain_summary(parser, case, args)
-    options = _loader_options(parser, args)
+    options = _loader_options(parser, args, case)
     try:
         if args.launch:
             from studies.distributed.case_runs import run_case
@@ -260,7 +260,7 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
             f"permutations, 16 bytes per sample), got {case.dataset_size}; "
             "add --epochs 1 or --no-shuffle"
         )
-    _loader_options(parser, args)
+    _loader_options(parser, args, case)  # checked, though the plan needs no DataLoader
     summary = planned_summary(case)
     found = verdicts(case, summary)
     if args.format == "json":
@@ -295,13 +295,15 @@ def _check_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         )
 
 
-def _loader_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
-    """The DataLoader worker options, checked as the real-process run checks them."""
+def _loader_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, case: Case
+) -> dict[str, Any]:
+    """The DataLoader worker options for ``case``, as the real-process run passes them."""
     from studies.distributed.case_runs import Run
 
     if args.persistent_workers and args.num_workers == 0:
         parser.error("--persistent-workers needs --num-workers 1 or more, got --num-workers 0")
-    return Run(Case(1, 1, 1), args.num_workers, args.persistent_workers).loader_options()
+    return Run(case, args.num_workers, args.persistent_workers).loader_options()
 
 
 def _case(parser: argparse.ArgumentParser, args: argparse.Namespace, world_size: int) -> Case:
@@ -452,7 +454,7 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     case = _case(parser, args, world_size=1)  # the group gives the world size
-    options = _loader_options(parser, args)
+    options = _loader_options(parser, args, case)
     try:
         require_environment()
     except NotStartedByTorchrun as error:
