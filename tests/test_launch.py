@@ -337,7 +337,7 @@ def test_explain_with_launch_prints_what_the_simulation_prints(
     launched = capsys.readouterr().out
     assert launched == simulated
     if output == "json":
-        rows = json.loads(simulated)
+        rows = json.loads(simulated)["rows"]
         assert {row["rank"] for row in rows} == {0, 1, 2}
         assert {i for row in rows if row["epoch"] == 0 for i in row["indices"]} == set(range(10))
     else:
