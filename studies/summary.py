@@ -19,6 +19,9 @@ The summary table has the columns :data:`COLUMNS`: the case's :data:`CASE_COLUMN
     Epoch 0: received occurrences over all ranks minus distinct indices received, i.e.
     how many extra copies were handed out (what padding repeats; without a sampler,
     every rank's copy of the dataset beyond the first).
+``most_copies``
+    Epoch 0: the most times any one index was received over all ranks (0 when nothing
+    was received; 1 when nothing repeats).
 ``dropped_samples``
     Epoch 0: dataset indices that no rank received.
 ``coverage``
@@ -41,7 +44,7 @@ row serialises with :func:`json.dumps` as is.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,6 +61,7 @@ SUMMARY_COLUMNS = (
     "batches_per_rank",
     "last_batch_sizes",
     "duplicated_samples",
+    "most_copies",
     "dropped_samples",
     "coverage",
     "empty_loader",
@@ -140,8 +144,9 @@ def _summary(case: Case, received: _Received) -> dict[str, Any]:
         return [index for batch in batches(epoch, rank) for index in batch]
 
     first = [sequence(0, rank) for rank in ranks]
-    occurrences = sum(len(share) for share in first)
-    distinct = {index for share in first for index in share}
+    copies = Counter(index for share in first for index in share)
+    occurrences = sum(copies.values())
+    distinct = set(copies)
     counts = [[len(batches(epoch, rank)) for rank in ranks] for epoch in epochs]
     size = case.dataset_size
     covered = len({index for index in distinct if 0 <= index < size})
@@ -154,6 +159,7 @@ def _summary(case: Case, received: _Received) -> dict[str, Any]:
             len(batches(0, rank)[-1]) if batches(0, rank) else 0 for rank in ranks
         ],
         "duplicated_samples": occurrences - len(distinct),
+        "most_copies": max(copies.values(), default=0),
         "dropped_samples": size - covered,
         "coverage": round(covered / size, 6) if size else 1.0,
         "empty_loader": any(0 in per_rank for per_rank in counts),

@@ -4,6 +4,11 @@
 together with its :class:`~studies.cases.Case` (the flags the user set, to name the
 cause and the fix) and returns the problems found, in a fixed order:
 
+``empty-dataset``
+    The dataset has no samples (no other verdict is given: there is nothing to split).
+``fewer-samples-than-ranks``
+    Fewer samples than ranks: the sampler either repeats samples to give every rank one,
+    or (with its ``drop_last``) gives every rank nothing.
 ``no-sampler``
     Without a sampler, ranks receive the same samples: the work is repeated, not split.
 ``padded-duplicates``
@@ -18,15 +23,22 @@ cause and the fix) and returns the problems found, in a fixed order:
     Shuffling without ``set_epoch``: every epoch repeats epoch 0's order.
 ``uneven-batch-counts``
     Ranks run different numbers of steps, so collectives stop matching up.
+
+Every number in a finding is the case's own. Every fix is checked against the case
+before it is advised: the changed configuration is recomputed from the sampler's plan
+(:func:`studies.plan_summary.loader_shares`), and a change that would leave a rank's
+DataLoader empty, or not remove the problem, is never offered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from samplers.plan import ShardSizes
 from studies.cases import Case
+from studies.plan_summary import loader_shares
 
 __all__ = ["VERDICT_NAMES", "Verdict", "verdicts"]
 
@@ -48,8 +60,11 @@ def verdicts(case: Case, summary_row: Summary) -> list[Verdict]:
     """The problems the summary row shows, in :data:`VERDICT_NAMES` order ([] if none).
 
     ``summary_row`` is one row of :func:`studies.summary.summarize` for ``case`` (a
-    mapping or a ``pandas.Series``); only its observed columns are read.
+    mapping or a ``pandas.Series``, or :func:`studies.plan_summary.planned_summary`);
+    only its observed columns are read. An empty dataset gets ``empty-dataset`` alone.
     """
+    if case.dataset_size == 0:
+        return [_EMPTY_DATASET]
     found = (check(case, summary_row) for check in _CHECKS)
     return [verdict for verdict in found if verdict is not None]
 
@@ -58,15 +73,119 @@ def _samples(count: int) -> str:
     return f"{count} sample" if count == 1 else f"{count} samples"
 
 
+def _per_rank(values: list[int]) -> str:
+    """Per-rank numbers for a sentence: the list, or its values when long or all alike."""
+    distinct = sorted(set(values))
+    if len(values) > 1 and len(distinct) == 1:
+        return f"{distinct[0]} on every rank"
+    if len(values) > 16:
+        return f"{len(values)} ranks, values {distinct}"
+    return str(values)
+
+
+def _ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
+
+
+# --- checking a fix against the case ------------------------------------------------------
+
+
+def _empties(case: Case) -> bool:
+    """Whether every rank's DataLoader yields no batch (all ranks are alike)."""
+    return loader_shares(case).batches == 0
+
+
+def _has_batch_of_one(case: Case) -> bool:
+    shares = loader_shares(case)
+    return shares.batches > 0 and shares.last_batch == 1
+
+
+def _most_ranks(case: Case, limit: int) -> int | None:
+    """The most ranks, at most ``limit``, with which no rank's DataLoader is empty.
+
+    Each rank's share only shrinks as ranks are added, so this is a binary search.
+    """
+    low, high = 1, min(limit, case.world_size)
+    if high < 1 or _empties(replace(case, world_size=low)):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _empties(replace(case, world_size=middle)):
+            high = middle - 1
+        else:
+            low = middle
+    return low
+
+
+def _batch_size_without_one(case: Case) -> int | None:
+    """The batch size nearest the case's that leaves no batch of one and no empty loader."""
+    share = loader_shares(case).share
+    for distance in range(1, max(case.batch_size, share) + 1):
+        for size in (case.batch_size + distance, case.batch_size - distance):
+            if 2 <= size <= share:
+                changed = replace(case, batch_size=size)
+                if not _has_batch_of_one(changed) and not _empties(changed):
+                    return size
+    return None
+
+
+def _sentence(fixes: list[str]) -> str:
+    text = "; or ".join(fixes)
+    return f"{text[0].upper()}{text[1:]}."
+
+
+# --- the checks ---------------------------------------------------------------------------
+
+_EMPTY_DATASET = Verdict(
+    "empty-dataset",
+    "The dataset has no samples, so every rank's DataLoader yields nothing in every epoch.",
+    "Check how the dataset is built: its __len__ returns 0 before it reaches the sampler.",
+)
+
+
+def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
+    size, world = case.dataset_size, case.world_size
+    if case.implementation == "none" or not 0 < size < world:
+        return None
+    sizes = ShardSizes.of(size, world, case.drop_last)
+    if case.drop_last:
+        happens = (
+            "the sampler's drop_last trims the order to a multiple of the ranks, 0 samples, "
+            "so every rank gets nothing"
+        )
+    else:
+        happens = (
+            f"the sampler pads the order with {sizes.padding} repeated "
+            f"{'index' if sizes.padding == 1 else 'indices'} so that each rank gets one, and "
+            f"a sample is handed out up to {_times(row['most_copies'])}"
+        )
+    ranks = _most_ranks(case, size)
+    if ranks is None:
+        fix = f"Set the DataLoader's drop_last=False and use at most {_ranks(size)}"
+    else:
+        fix = f"Use at most {_ranks(ranks)}"
+    return Verdict(
+        "fewer-samples-than-ranks",
+        f"The dataset has {_samples(size)} for {world} ranks, fewer than one per rank: {happens}.",
+        f"{fix}, or a dataset of at least {world} samples.",
+    )
+
+
 def _no_sampler(case: Case, row: Summary) -> Verdict | None:
     if case.implementation != "none" or row["duplicated_samples"] == 0:
         return None
-    received = row["samples_per_rank"]
+    counts = row["samples_per_rank"]
+    each = f"{counts[0]} samples each" if len(set(counts)) == 1 else f"{_per_rank(counts)} samples"
     return Verdict(
         "no-sampler",
-        f"Without a DistributedSampler the {case.world_size} ranks received {received} samples "
+        f"Without a DistributedSampler the {case.world_size} ranks received {each} "
         f"from the {case.dataset_size}-sample dataset in epoch 0, {row['duplicated_samples']} of "
-        "them copies of what another rank also received: every rank repeats the same work.",
+        f"them copies of what another rank also received (each sample up to "
+        f"{_times(row['most_copies'])}): every rank repeats the same work.",
         "Pass sampler=DistributedSampler(dataset, num_replicas=world_size, rank=rank) to each "
         "rank's DataLoader and call sampler.set_epoch(epoch) every epoch.",
     )
@@ -82,7 +201,8 @@ def _padded_duplicates(case: Case, row: Summary) -> Verdict | None:
         f"Epoch 0 handed out {_samples(received)} for {received - duplicated} distinct indices: "
         f"the sampler padded the order with {duplicated} repeated "
         f"{'index' if duplicated == 1 else 'indices'} so all {case.world_size} ranks get the "
-        "same count, and those samples count twice in losses and metrics.",
+        f"same count, and each sample counts up to {_times(row['most_copies'])} in losses "
+        "and metrics.",
         "Harmless for training; for evaluation use a sampler without padding, or all_gather "
         "per-sample results, interleave them by rank and truncate to the dataset size.",
     )
@@ -99,7 +219,7 @@ def _dropped_samples(case: Case, row: Summary) -> Verdict | None:
         fixes.append("the sampler's drop_last=False (it pads instead)")
     if case.loader_drop_last:
         causes.append("the DataLoader's drop_last discards each rank's short last batch")
-        fixes.append("DataLoader drop_last=False or a batch size dividing each rank's share")
+        fixes.append("the DataLoader's drop_last=False")
     because = f" because {' and '.join(causes)}" if causes else ""
     again = "; epoch 1 misses the same ones again" if row["order_repeats"] else ""
     fix = f"Set {' and '.join(fixes)}; " if fixes else ""
@@ -115,13 +235,32 @@ def _dropped_samples(case: Case, row: Summary) -> Verdict | None:
 def _batch_of_one(case: Case, row: Summary) -> Verdict | None:
     if case.batch_size == 1 or not row["batch_of_one"]:
         return None
+    fixes = []
+    if not case.loader_drop_last and not _empties(replace(case, loader_drop_last=True)):
+        fixes.append("set the DataLoader's drop_last=True (it skips that batch)")
+    size = _batch_size_without_one(case)
+    if size is not None:
+        fixes.append(f"use batch size {size}")
+    if not fixes:
+        ranks = [
+            world
+            for world in range(case.world_size - 1, 0, -1)
+            if not _has_batch_of_one(changed := replace(case, world_size=world))
+            and not _empties(changed)
+        ]
+        if ranks:
+            fixes.append(f"use at most {_ranks(ranks[0])}, so each rank gets two or more samples")
+        else:
+            fixes.append(
+                f"no setting avoids it with {_samples(case.dataset_size)}: use a larger "
+                "dataset, or keep BatchNorm layers in eval mode"
+            )
     return Verdict(
         "batch-of-one",
         f"With batch size {case.batch_size} some batch holds a single sample (last batch sizes "
-        f"per rank in epoch 0: {row['last_batch_sizes']}): BatchNorm takes its statistics "
+        f"in epoch 0: {_per_rank(row['last_batch_sizes'])}): BatchNorm takes its statistics "
         "from one sample (BatchNorm1d raises on it) and that step's gradient is one sample's.",
-        "Set the DataLoader's drop_last=True, or choose a batch size that does not leave a "
-        "remainder of 1 in each rank's share.",
+        _sentence(fixes),
     )
 
 
@@ -144,17 +283,20 @@ def _empty_loader(case: Case, row: Summary) -> Verdict | None:
     else:
         finding = "Some rank gets zero batches in a later epoch, while it had some in epoch 0."
     fixes = []
-    if case.dataset_size == 0:
-        fixes.append("the dataset is empty: check how it is built")
-    if case.loader_drop_last:
-        fixes.append(
-            "set the DataLoader's drop_last=False or a batch size within each rank's share"
-        )
-    if case.drop_last and case.implementation != "none":
+    if case.loader_drop_last and not _empties(replace(case, loader_drop_last=False)):
+        fixes.append("set the DataLoader's drop_last=False")
+    share = loader_shares(case).share
+    if case.loader_drop_last and 0 < share < case.batch_size:
+        fixes.append(f"use a batch size of at most {share}, each rank's share")
+    sampler = case.implementation != "none"
+    if sampler and case.drop_last and not _empties(replace(case, drop_last=False)):
         fixes.append("set the sampler's drop_last=False")
-    fixes.append("or use fewer ranks")
-    fix = "; ".join(fixes)
-    return Verdict("empty-loader", finding, f"{fix[0].upper()}{fix[1:]}.")
+    ranks = _most_ranks(case, case.world_size - 1) if sampler else None
+    if ranks is not None:
+        fixes.append(f"use at most {_ranks(ranks)}")
+    if not fixes:
+        fixes.append("give every rank at least one batch (check the dataset and batch size)")
+    return Verdict("empty-loader", finding, _sentence(fixes))
 
 
 def _order_repeated(case: Case, row: Summary) -> Verdict | None:
@@ -163,6 +305,7 @@ def _order_repeated(case: Case, row: Summary) -> Verdict | None:
         and case.shuffle
         and not case.set_epoch
         and case.implementation != "none"
+        and sum(row["samples_per_rank"]) > 0
     ):
         return None
     return Verdict(
@@ -180,15 +323,17 @@ def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
         return None
     return Verdict(
         "uneven-batch-counts",
-        f"Ranks get different numbers of batches (epoch 0: {row['batches_per_rank']}): the "
-        "ranks with more batches wait in DDP's gradient all-reduce for ranks that have "
-        "finished, so training hangs or its collectives desynchronise.",
+        "Ranks get different numbers of batches (epoch 0: "
+        f"{_per_rank(row['batches_per_rank'])}): the ranks with more batches wait in DDP's "
+        "gradient all-reduce for ranks that have finished, so training hangs or its "
+        "collectives desynchronise.",
         "Give every rank the same number of batches (a DistributedSampler pads each share to "
         "the same length), or wrap the loop in DDP's join() context manager.",
     )
 
 
 _CHECKS: tuple[Callable[[Case, Summary], Verdict | None], ...] = (
+    _fewer_samples_than_ranks,
     _no_sampler,
     _padded_duplicates,
     _dropped_samples,
@@ -200,6 +345,8 @@ _CHECKS: tuple[Callable[[Case, Summary], Verdict | None], ...] = (
 
 #: Every verdict name, in the order :func:`verdicts` reports them.
 VERDICT_NAMES = (
+    "empty-dataset",
+    "fewer-samples-than-ranks",
     "no-sampler",
     "padded-duplicates",
     "dropped-samples",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
-import sys
-import types
+import os
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,10 @@ from hypothesis import strategies as st
 from studies.cases import Case
 from studies.cli import main
 from studies.simulate import COLUMNS, simulate
+from studies.summary import COLUMNS as SUMMARY_TABLE_COLUMNS
+from studies.summary import summarize
 from studies.tables import to_csv_text, to_json_records, to_json_text
+from studies.verdicts import verdicts
 
 BASE = ["explain", "--dataset-size", "5", "--world-size", "2", "--batch-size", "4"]
 
@@ -41,13 +45,25 @@ def test_csv_is_exactly_the_tidy_table(capsys: pytest.CaptureFixture[str]) -> No
     assert table.to_dict("records") == expected_rows(Case(5, 2, 4))
 
 
-def test_json_is_a_list_of_row_objects(capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_is_one_object_with_rows_summary_and_verdicts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, _ = run(capsys, *BASE, "--format", "json", "--no-shuffle", "--epochs", "1")
     assert code == 0
-    records = json.loads(out)
+    answer = json.loads(out)
+    assert list(answer) == ["rows", "summary", "verdicts"]
+    records = answer["rows"]
     assert all(list(record) == list(COLUMNS) for record in records)
     assert [record["indices"] for record in records] == [[0, 2, 4], [1, 3, 0]]
-    assert records == expected_rows(Case(5, 2, 4, shuffle=False, epochs=1))
+    case = Case(5, 2, 4, shuffle=False, epochs=1)
+    assert records == expected_rows(case)
+    summary = summarize([case], simulate([case])).iloc[0].to_dict()
+    assert answer["summary"] == summary
+    assert list(answer["summary"]) == list(SUMMARY_TABLE_COLUMNS)
+    assert answer["verdicts"] == [
+        {"name": v.name, "finding": v.finding, "fix": v.fix} for v in verdicts(case, summary)
+    ]
+    assert [v["name"] for v in answer["verdicts"]] == ["padded-duplicates"]
 
 
 def test_options_reach_the_case(capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,11 +75,13 @@ def test_options_reach_the_case(capsys: pytest.CaptureFixture[str]) -> None:
         9, 2, 2, seed=7, drop_last=True, loader_drop_last=True, set_epoch=False, epochs=3,
         implementation="samplers",
     )  # fmt: skip
-    assert len(json.loads(out)) == 12  # 4 per rank, 2 batches each, 2 ranks, 3 epochs
-    assert json.loads(out) == expected_rows(case)
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 12  # 4 per rank, 2 batches each, 2 ranks, 3 epochs
+    assert rows == expected_rows(case)
     _, out, _ = run(capsys, *BASE, "--format", "json", "--no-shuffle", "--implementation", "none")
-    assert json.loads(out) == expected_rows(Case(5, 2, 4, shuffle=False, implementation="none"))
-    assert [row["indices"] for row in json.loads(out)][:2] == [[0, 1, 2, 3], [4]]
+    rows = json.loads(out)["rows"]
+    assert rows == expected_rows(Case(5, 2, 4, shuffle=False, implementation="none"))
+    assert [row["indices"] for row in rows][:2] == [[0, 1, 2, 3], [4]]
 
 
 def test_table_lists_batches_summary_and_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -93,7 +111,7 @@ def test_table_says_when_nothing_is_wrong_or_a_rank_is_empty(
     assert "[empty-loader]" in out and "[dropped-samples]" in out
 
 
-def test_num_workers_reach_the_dataloader(
+def test_worker_options_reach_the_in_process_dataloaders(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import studies.cli
@@ -109,53 +127,166 @@ def test_num_workers_reach_the_dataloader(
     _, without, _ = run(capsys, *BASE, "--format", "csv")
     code, with_workers, _ = run(capsys, *BASE, "--format", "csv", "--num-workers", "1")
     assert code == 0
-    assert seen == [{"num_workers": 0}, {"num_workers": 1}]
+    persistent = ("--num-workers", "2", "--persistent-workers", "--no-shuffle")
+    code, _, _ = run(capsys, *BASE, "--format", "csv", *persistent)
+    assert code == 0
+    assert seen == [
+        {},
+        {"num_workers": 1, "persistent_workers": False},
+        {"num_workers": 2, "persistent_workers": True},
+    ]
     assert with_workers == without
+
+
+def test_persistent_workers_change_a_loader_shuffled_order_in_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The one real-process difference, reproduced without processes: a shuffling
+    DataLoader (no sampler) with persistent workers repeats its epoch-0 order."""
+    options = [*BASE, "--implementation", "none", "--format", "json", "--num-workers", "1"]
+    _, fresh, _ = run(capsys, *options)
+    _, persistent, _ = run(capsys, *options, "--persistent-workers")
+    assert json.loads(fresh)["rows"] != json.loads(persistent)["rows"]
 
 
 def test_launch_passes_the_case_and_a_failed_launch_is_a_clean_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wiring only; tests/test_launch.py runs --launch for real."""
-    calls: list[tuple[Case, int]] = []
+    import studies.distributed.case_runs
 
-    def run_case(case: Case, num_workers: int = 0) -> pd.DataFrame:
-        calls.append((case, num_workers))
+    calls: list[tuple[Case, dict[str, Any]]] = []
+
+    def run_case(case: Case, **options: Any) -> pd.DataFrame:
+        calls.append((case, options))
         raise RuntimeError("rank 1 of world_size=2 exited with code 1")
 
-    launch = types.ModuleType("studies.launch")
-    launch.run_case = run_case  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "studies.launch", launch)
+    monkeypatch.setattr(studies.distributed.case_runs, "run_case", run_case)
     code, out, err = run(capsys, *BASE, "--num-workers", "2", "--launch")
-    assert calls == [(Case(5, 2, 4), 2)]
+    assert calls == [(Case(5, 2, 4), {"num_workers": 2, "persistent_workers": False})]
     assert code == 1
     assert "cannot run the case: rank 1 of world_size=2 exited with code 1" in err
     assert out == "" and "Traceback" not in err
 
 
-def test_report_delegates_and_prints_paths(
+def test_report_checks_the_output_then_delegates_with_progress(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    calls: list[tuple[Path, bool]] = []
+    import studies.report
 
-    def write_reports(output: Path, progress: bool) -> list[Path]:
-        calls.append((output, progress))
+    calls: list[tuple[Path, bool, bool]] = []
+
+    def write_reports(output: Path, progress: bool, force: bool) -> list[Path]:
+        calls.append((output, progress, force))
         return [output / "cases.csv", output / "summary.md"]
 
-    report = types.ModuleType("studies.report")
-    report.write_reports = write_reports  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "studies.report", report)
-
-    code, out, _ = run(capsys, "report", "--output", str(tmp_path))
-    assert code == 0
+    monkeypatch.setattr(studies.report, "write_reports", write_reports)
+    code, out, err = run(capsys, "report", "--output", str(tmp_path))
+    assert (code, err) == (0, "")
     assert out.splitlines() == [str(tmp_path / "cases.csv"), str(tmp_path / "summary.md")]
-    assert calls[-1] == (tmp_path, False)  # captured stderr is not a TTY
+    assert calls[-1] == (tmp_path, True, False)  # progress also when stderr is no terminal
+    run(capsys, "report", "--output", str(tmp_path), "--no-progress", "--force")
+    assert calls[-1] == (tmp_path, False, True)
 
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    run(capsys, "report")
-    assert calls[-1] == (Path("reports"), True)
-    run(capsys, "report", "--no-progress")
-    assert calls[-1] == (Path("reports"), False)
+
+def _refuse_to_render(progress: bool = False) -> dict[str, bytes]:
+    raise AssertionError("rendered before the output directory was checked")
+
+
+def test_report_refuses_a_directory_it_did_not_generate(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another project's reports/, even with its own MANIFEST, is left alone."""
+    import studies.report
+
+    monkeypatch.setattr(studies.report, "render", _refuse_to_render)
+    theirs = tmp_path / "reports"
+    theirs.mkdir()
+    mine = {"MANIFEST": b"README.md\nnotes.md\n", "README.md": b"# ours\n", "notes.md": b"x"}
+    for name, content in mine.items():
+        (theirs / name).write_bytes(content)
+    code, out, err = run(capsys, "report", "--output", str(theirs))
+    assert (code, out) == (2, "")
+    assert f"--output {theirs} is not empty and was not generated by dsampler report" in err
+    assert "--force" in err and len(err.strip().splitlines()) == 1
+    assert {path.name: path.read_bytes() for path in theirs.iterdir()} == mine
+
+
+def test_report_writes_new_empty_generated_or_forced_directories(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import studies.report
+
+    stamp = studies.report.finding_header.__globals__["_STAMP"]
+    generated = {"README.md": f"{stamp}\n# index\n".encode(), "cases.csv": b"a\n1\n"}
+    monkeypatch.setattr(studies.report, "render", lambda progress=False: dict(generated))
+    empty, new = tmp_path / "empty", tmp_path / "new" / "reports"
+    empty.mkdir()
+    for output in (empty, new, new):  # the second run into new: it generated that one
+        code, _, err = run(capsys, "report", "--output", str(output), "--no-progress")
+        assert (code, err) == (0, "")
+        assert (output / "README.md").read_bytes() == generated["README.md"]
+    assert studies.report.is_generated(new)
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    (foreign / "MANIFEST").write_text("keep.md\n")
+    (foreign / "keep.md").write_text("listed in a MANIFEST that is not ours")
+    code, _, _ = run(capsys, "report", "--output", str(foreign), "--force", "--no-progress")
+    assert code == 0
+    assert (foreign / "keep.txt").read_text() == "mine"
+    assert (foreign / "keep.md").is_file()  # a foreign MANIFEST never names files to remove
+    assert (foreign / "MANIFEST").read_text() == "README.md\ncases.csv\n"
+
+
+def test_an_unwritable_output_fails_at_once_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import studies.report
+
+    monkeypatch.setattr(studies.report, "render", _refuse_to_render)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = [
+        (blocker / "reports", "cannot be created: "),
+        (blocker, "exists and is not a directory"),
+    ]
+    if os.geteuid() != 0:  # root writes into read-only directories
+        cases.append((locked / "reports", "cannot be written (Permission denied"))
+    elif Path("/sys").is_dir():
+        cases.append((Path("/sys/dsampler-reports"), "cannot be written ("))
+    try:
+        for output, message in cases:
+            code, out, err = run(capsys, "report", "--output", str(output))
+            assert (code, out) == (2, "")
+            assert f"--output {output} {message}" in err
+            assert len(err.strip().splitlines()) == 1
+            assert "Traceback" not in err
+            assert not output.exists() or output == blocker
+    finally:
+        locked.chmod(0o700)
+
+
+def test_progress_is_one_line_per_part_when_stderr_is_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from studies.report import _with_progress
+
+    steps = [("cases", lambda: {"a": b""}), ("padding", lambda: {"b": b""})]
+    assert [step() for step in _with_progress(steps, progress=True)] == [
+        {"a": b""},
+        {"b": b""},
+    ]
+    assert capsys.readouterr().err.splitlines() == [
+        "dsampler report: 1/2 cases",
+        "dsampler report: 2/2 padding",
+    ]
+    list(_with_progress(steps, progress=False))
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(
@@ -168,7 +299,22 @@ def test_report_delegates_and_prints_paths(
         (["--seed", str(-(2**63) - 1)], f"--seed must be at least {-(2**63)}, got"),
         (["--seed", str(2**64 - 1)], "--seed must keep seed + epoch within"),
         (["--dataset-size", "100001"], "--dataset-size must be at most 100000 for explain"),
-        (["--num-workers", "-1"], "--num-workers must be at least 0, got -1"),
+        (["--dataset-size", "100001"], "--summary takes any size"),
+        (["--dataset-size", str(2**63), "--summary"], "--dataset-size must be at most 2**63"),
+        (["--num-workers", "-1"], "--num-workers must be at least 0 and at most 16, got -1"),
+        (["--num-workers", "17"], "--num-workers must be at least 0 and at most 16, got 17"),
+        (["--persistent-workers"], "--persistent-workers needs --num-workers 1 or more"),
+        (["--epochs", "101"], "--epochs must be at most 100, got 101"),
+        (["--world-size", "1025"], "--world-size must be at most 1024 for explain"),
+        (["--world-size", "65537", "--summary"], "--world-size must be at most 65536, got"),
+        (["--world-size", "9", "--num-workers", "7", "--launch"], "72 processes; at most 64"),
+        (["--summary", "--launch"], "--summary computes from the plan and --launch runs"),
+        (["--summary", "--format", "csv"], "--format csv lists batches"),
+        (["--summary", "--implementation", "none"], "add --no-shuffle or drop --summary"),
+        (
+            ["--summary", "--dataset-size", str(10**9)],
+            "--dataset-size must be at most 200000000 for --summary of a shuffled case",
+        ),
         (["--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
         (["--format", "xml"], "argument --format: invalid choice: 'xml'"),
         (["--implementation", "mine"], "argument --implementation: invalid choice: 'mine'"),
@@ -188,15 +334,80 @@ def test_missing_options_and_command(capsys: pytest.CaptureFixture[str]) -> None
     code, _, err = run(capsys, "explain", "--world-size", "2", "--batch-size", "4")
     assert code == 2
     assert "the following arguments are required: --dataset-size" in err
-    code, _, err = run(capsys)
-    assert code == 2
-    assert "COMMAND" in err
+    code, out, err = run(capsys)
+    assert (code, err) == (2, "")
+    assert out.startswith("usage: dsampler")
+    for command in ("explain", "observe", "report"):
+        assert command in out
+
+
+def test_version_comes_from_the_installed_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert code == 0
+    assert out == f"dsampler {version('dsampler')}\n"
 
 
 def test_negative_seeds_run_like_the_sampler(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, *BASE, "--seed", "-2", "--format", "json")
     assert (code, err) == (0, "")
-    assert json.loads(out)
+    assert json.loads(out)["rows"] == expected_rows(Case(5, 2, 4, seed=-2))
+
+
+@given(
+    size=st.integers(0, 24),
+    world=st.integers(1, 6),
+    batch=st.integers(1, 5),
+    flags=st.lists(
+        st.sampled_from(["--drop-last", "--loader-drop-last", "--no-set-epoch", "--no-shuffle"]),
+        unique=True,
+    ),
+    implementation=st.sampled_from(["torch", "samplers"]),
+)
+def test_summary_mode_says_what_the_listing_says(
+    size: int, world: int, batch: int, flags: list[str], implementation: str
+) -> None:
+    options = ["--dataset-size", str(size), "--world-size", str(world)]
+    options += ["--batch-size", str(batch), "--implementation", implementation, *flags]
+    listed = _json_of(["explain", *options, "--format", "json"])
+    summarised = _json_of(["explain", *options, "--format", "json", "--summary"])
+    assert list(summarised) == ["summary", "verdicts"]
+    assert summarised["summary"] == listed["summary"]
+    assert summarised["verdicts"] == listed["verdicts"]
+
+
+def _json_of(argv: list[str]) -> dict[str, Any]:
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        assert main(argv) == 0
+    return json.loads(output.getvalue())
+
+
+def test_summary_mode_answers_for_a_hundred_million_samples() -> None:
+    sizes = ["--dataset-size", str(10**8 + 3), "--world-size", "8", "--batch-size", "32"]
+    answer = _json_of(["explain", *sizes, "--format", "json", "--summary", "--no-set-epoch"])
+    summary = answer["summary"]
+    assert summary["samples_per_rank"] == [12_500_001] * 8  # ceil((10**8 + 3) / 8)
+    assert summary["batches_per_rank"] == [390_626] * 8
+    assert summary["last_batch_sizes"] == [1] * 8
+    assert (summary["duplicated_samples"], summary["most_copies"]) == (5, 2)
+    assert summary["order_repeats"]  # no set_epoch: the same permutation every epoch
+    names = [verdict["name"] for verdict in answer["verdicts"]]
+    assert names == ["padded-duplicates", "batch-of-one", "order-repeated"]
+    larger = ["--dataset-size", str(10**12), "--world-size", "65536", "--batch-size", "4"]
+    answer = _json_of(["explain", *larger, "--format", "json", "--summary", "--no-shuffle"])
+    assert answer["summary"]["samples_per_rank"] == [15_258_790] * 65536
+
+
+def test_summary_table_shows_long_rank_lists_by_value(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["explain", "--dataset-size", "3", "--world-size", "24", "--batch-size", "2"]
+    code, out, _ = run(capsys, *argv, "--summary")
+    assert code == 0
+    assert "samples_per_rank    1 on each of the 24 ranks" in out
+    assert "most_copies         8" in out
+    assert "[fewer-samples-than-ranks]" in out
+    assert "a sample is handed out up to 8 times" in out
+    assert "\nEpoch 0\n" not in out
+    assert "last batch sizes in epoch 0: 1 on every rank" in out
 
 
 def test_help_returns_zero(capsys: pytest.CaptureFixture[str]) -> None:

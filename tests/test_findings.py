@@ -27,10 +27,10 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedSampler
-from studies.agreement import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
 from studies.cases import EXPERIMENT, Case
-from studies.collectives import COLLECTIVES
-from studies.collectives import COLUMNS as COLLECTIVE_COLUMNS
+from studies.distributed.agreement import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
+from studies.distributed.collectives import COLLECTIVES
+from studies.distributed.collectives import COLUMNS as COLLECTIVE_COLUMNS
 from studies.evaluation import estimates, exact_accuracy, is_correct, rank_results
 from studies.findings import (
     batch_of_one,

@@ -22,11 +22,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
-import studies.launch
+import studies.distributed.case_runs
 from samplers import DistributedSampler
 from studies.cases import EXPERIMENT, Case
-from studies.launch import Run, observe_on_rank, run_case, run_cases
-from studies.processes import (
+from studies.distributed.case_runs import Run, observe_on_rank, run_case, run_cases
+from studies.distributed.local_ranks import (
     LaunchTimeout,
     RankFailed,
     launch,
@@ -205,13 +205,13 @@ def test_run_cases_with_workers_matches_the_simulation_in_order() -> None:
 @pytest.mark.timeout(120)
 def test_run_cases_launches_once_per_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
     launched: list[tuple[int, int]] = []
-    real_launch = studies.launch.launch
+    real_launch = studies.distributed.case_runs.launch
 
     def counting(work, payload, world_size, **options):  # type: ignore[no-untyped-def]
         launched.append((world_size, len(payload)))
         return real_launch(work, payload, world_size, **options)
 
-    monkeypatch.setattr(studies.launch, "launch", counting)
+    monkeypatch.setattr(studies.distributed.case_runs, "launch", counting)
     cases = [Case(3, 2, 2), Case(9, 1, 4), Case(4, 2, 1, implementation="samplers")]
     cases.append(Case(8, 2, 4, implementation="none"))
 
@@ -337,7 +337,7 @@ def test_explain_with_launch_prints_what_the_simulation_prints(
     launched = capsys.readouterr().out
     assert launched == simulated
     if output == "json":
-        rows = json.loads(simulated)
+        rows = json.loads(simulated)["rows"]
         assert {row["rank"] for row in rows} == {0, 1, 2}
         assert {i for row in rows if row["epoch"] == 0 for i in row["indices"]} == set(range(10))
     else:

@@ -12,18 +12,19 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-import studies.agreement
+import studies.distributed.agreement
 from samplers.plan import EpochPlan, ShardSizes
 from studies import findings
-from studies.agreement import (
+from studies.cases import EXPERIMENT, Case
+from studies.distributed.agreement import (
     MATCH_COLUMNS,
     MISMATCH_COLUMNS,
     Comparison,
     compare,
     verification_runs,
 )
-from studies.cases import EXPERIMENT, Case
-from studies.collectives import (
+from studies.distributed.case_runs import Run
+from studies.distributed.collectives import (
     COLLECTIVES,
     COLUMNS,
     DATASET_SIZES,
@@ -33,7 +34,6 @@ from studies.collectives import (
 )
 from studies.evaluation import exact_accuracy, is_correct
 from studies.findings import collective_evaluation, real_processes
-from studies.launch import Run
 from studies.simulate import case_rows
 
 
@@ -98,7 +98,7 @@ def test_compare_shows_a_mismatch_in_full(monkeypatch: pytest.MonkeyPatch) -> No
     runs = [Run(Case(5, 2, 2)), Run(Case(7, 3, 2, implementation="samplers"), 2)]
     real = [case_rows(run.case) for run in runs]
     real[1][0] = {**real[1][0], "indices": [999]}
-    monkeypatch.setattr(studies.agreement, "run_many", _returning(real))
+    monkeypatch.setattr(studies.distributed.agreement, "run_many", _returning(real))
 
     result = compare(runs, labels=["good", "bad"])
 

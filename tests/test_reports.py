@@ -124,15 +124,18 @@ def test_layout_draws_the_cells_it_is_given() -> None:
 def test_write_reports_removes_only_its_own_stale_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    generations = iter([{"a.md": b"A", "a-x.png": b"P", "t.csv": b"T"}, {"a.md": b"B"}])
+    stamped = finding_header(modules()[0], 1).encode()
+    generations = iter(
+        [{"a.md": stamped, "a-x.png": b"P", "t.csv": b"T"}, {"a.md": stamped + b"B"}]
+    )
     monkeypatch.setattr(report, "render", lambda progress=False: next(generations))
-    (tmp_path / "notes.md").write_bytes(b"mine")  # not generated: never removed
     first = write_reports(tmp_path)
     assert [path.name for path in first] == [MANIFEST, "a-x.png", "a.md", "t.csv"]
+    (tmp_path / "notes.md").write_bytes(b"mine")  # not generated: never removed
     second = write_reports(tmp_path)
     assert [path.name for path in second] == [MANIFEST, "a.md"]
     assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "a.md", "notes.md"]
-    assert (tmp_path / "a.md").read_bytes() == b"B"
+    assert (tmp_path / "a.md").read_bytes() == stamped + b"B"
     assert (tmp_path / MANIFEST).read_text() == "a.md\n"
 
 
@@ -220,3 +223,8 @@ def test_layout_digits_sit_above_the_hatching() -> None:
         assert axes.get_xlabel() and axes.get_ylabel() == "rank"
 
     render_png(draw, (3.0, 2.0))
+
+
+def test_the_committed_reports_are_recognised_as_generated() -> None:
+    """``dsampler report`` in this repository rewrites reports/ without --force."""
+    assert report.is_generated(REPORTS)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from samplers.plan import ShardSizes
+from studies import plan_summary
 from studies.cases import CASE_COLUMNS, EXPERIMENT, Case
+from studies.plan_summary import loader_shares, planned_summary
 from studies.simulate import frame, simulate
 from studies.summary import COLUMNS, SUMMARY_COLUMNS, summarize
 from studies.verdicts import VERDICT_NAMES, Verdict, verdicts
@@ -331,3 +335,128 @@ def test_verdict_names_are_the_documented_ones() -> None:
     }
     assert names <= set(VERDICT_NAMES)
     assert all(isinstance(v, Verdict) for v in verdicts(cases[0], table.iloc[0]))
+
+
+# --- the summary from the plan -------------------------------------------------------------
+
+
+@st.composite
+def planned_cases(draw: st.DrawFn) -> Case:
+    implementation = draw(st.sampled_from(["torch", "samplers", "none"]))
+    return Case(
+        dataset_size=draw(st.integers(0, 40)),
+        world_size=draw(st.integers(1, 6)),
+        batch_size=draw(st.integers(1, 6)),
+        shuffle=draw(st.booleans()) and implementation != "none",
+        seed=draw(st.integers(-5, 100)),
+        drop_last=draw(st.booleans()),
+        loader_drop_last=draw(st.booleans()),
+        set_epoch=draw(st.booleans()),
+        epochs=draw(st.integers(1, 3)),
+        implementation=implementation,
+    )
+
+
+@given(planned_cases())
+def test_the_planned_summary_is_the_simulated_one(case: Case) -> None:
+    planned = planned_summary(case)
+    assert list(planned) == list(COLUMNS)
+    assert planned == summary_of(case)
+
+
+def test_the_planned_summary_compares_shuffled_epochs_chunk_by_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks smaller than a share give the same answer as one chunk."""
+    cases = [Case(2, 1, 2), Case(1, 1, 1), Case(40, 3, 4), Case(9, 2, 3, loader_drop_last=True)]
+    whole = [planned_summary(case)["order_repeats"] for case in cases]
+    monkeypatch.setattr(plan_summary, "_CHUNK", 2)
+    assert [planned_summary(case)["order_repeats"] for case in cases] == whole
+    assert whole == [summary_of(case)["order_repeats"] for case in cases]
+
+
+def test_the_planned_summary_refuses_a_loader_that_shuffles() -> None:
+    with pytest.raises(ValueError, match="DataLoader's random generator"):
+        planned_summary(Case(8, 2, 4, implementation="none"))
+
+
+def test_loader_shares_at_sizes_no_simulation_reaches() -> None:
+    shares = loader_shares(Case(10**12 + 1, 1000, 7, loader_drop_last=True))
+    assert shares.share == 10**9 + 1  # ceil((10**12 + 1) / 1000)
+    assert (shares.batches, shares.samples, shares.last_batch) == (142_857_143, 10**9 + 1, 7)
+    assert shares.received == (10**9 + 1) * 1000
+    summary = planned_summary(Case(10**12 + 1, 1000, 7, set_epoch=False))
+    assert summary["duplicated_samples"] == 999
+    assert summary["most_copies"] == 2
+    assert summary["last_batch_sizes"] == [7] * 1000  # 7 divides 10**9 + 1
+    assert summary["batch_of_one"] is False
+
+
+# --- verdicts true at every size -----------------------------------------------------------
+
+
+def test_an_empty_dataset_gets_its_own_verdict_alone() -> None:
+    for case in (Case(0, 2, 4), Case(0, 3, 1, drop_last=True, set_epoch=False)):
+        assert [v.name for v in verdicts(case, summary_of(case))] == ["empty-dataset"]
+
+
+def test_fewer_samples_than_ranks_is_its_own_verdict() -> None:
+    padded = Case(3, 8, 2)
+    found = {v.name: v for v in verdicts(padded, summary_of(padded))}
+    assert "3 samples for 8 ranks" in found["fewer-samples-than-ranks"].finding
+    assert "up to 3 times" in found["fewer-samples-than-ranks"].finding
+    assert found["fewer-samples-than-ranks"].fix.startswith("Use at most 3 ranks")
+    trimmed = Case(3, 8, 2, drop_last=True)
+    found = {v.name: v for v in verdicts(trimmed, summary_of(trimmed))}
+    assert "every rank gets nothing" in found["fewer-samples-than-ranks"].finding
+    assert "empty-loader" in found
+    for enough in (Case(8, 8, 2), Case(9, 8, 2)):
+        names = [v.name for v in verdicts(enough, summary_of(enough))]
+        assert "fewer-samples-than-ranks" not in names
+
+
+def test_the_real_multiplicity_of_repeated_samples() -> None:
+    case = Case(3, 24, 2, shuffle=False)
+    summary = summary_of(case)
+    assert summary["most_copies"] == 8
+    found = {v.name: v for v in verdicts(case, summary)}
+    assert "each sample counts up to 8 times" in found["padded-duplicates"].finding
+    assert "twice" not in found["padded-duplicates"].finding
+    (padded,) = verdicts(Case(5, 2, 4), summary_of(Case(5, 2, 4)))
+    assert "up to twice" in padded.finding
+
+
+def test_no_fix_that_empties_the_loader() -> None:
+    """One sample per rank: the DataLoader's drop_last would leave every rank nothing."""
+    case = Case(3, 3, 2)
+    (batch_of_one,) = verdicts(case, summary_of(case))
+    assert "drop_last=True" not in batch_of_one.fix
+    assert batch_of_one.fix == "Use at most 2 ranks, so each rank gets two or more samples."
+
+
+_ADVICE = (
+    (re.compile(r"the DataLoader's drop_last=True"), lambda m: {"loader_drop_last": True}),
+    (re.compile(r"the DataLoader's drop_last=False"), lambda m: {"loader_drop_last": False}),
+    (re.compile(r"the sampler's drop_last=False"), lambda m: {"drop_last": False}),
+    (re.compile(r"use batch size (\d+)"), lambda m: {"batch_size": int(m[1])}),
+    (re.compile(r"batch size of at most (\d+)"), lambda m: {"batch_size": int(m[1])}),
+    (re.compile(r"[Uu]se at most (\d+) ranks?"), lambda m: {"world_size": int(m[1])}),
+)
+
+
+@given(sampler_cases())
+def test_every_fix_removes_its_problem_and_leaves_every_rank_batches(case: Case) -> None:
+    """Each alternative a fix advises ("...; or ..."), simulated with all its changes,
+    leaves no rank without batches, and a batch-of-one fix leaves no batch of one."""
+    for verdict in verdicts(case, summary_of(case)):
+        for alternative in re.split(r"; or |, or a dataset", verdict.fix):
+            changes: dict[str, Any] = {}
+            for pattern, change in _ADVICE:
+                for match in pattern.finditer(alternative):
+                    changes.update(change(match))
+            if not changes:
+                continue
+            fixed = summary_of(replace(case, **changes))
+            assert not fixed["empty_loader"], (verdict, alternative)
+            if verdict.name == "batch-of-one":
+                assert not fixed["batch_of_one"], (verdict, alternative)

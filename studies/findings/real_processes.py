@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from studies.agreement import Comparison, compare, verification_runs
+from studies.distributed.agreement import Comparison, compare, verification_runs
 from studies.findings import Evidence, Table
 from studies.findings.observe import joined, listed
 

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from samplers.plan import ShardSizes
 from studies import evaluation
 from studies.cases import Case
-from studies.processes import DEFAULT_TIMEOUT, launch
+from studies.distributed.local_ranks import DEFAULT_TIMEOUT, launch
 from studies.simulate import rank_batches
 
 __all__ = [

@@ -74,11 +74,19 @@ __all__ = [
 HOST = "127.0.0.1"
 START_METHOD = "forkserver"
 #: Imported once by the fork server, so ranks start without importing torch again.
-PRELOAD = ("torch", "torch.distributed", "pandas", "studies.simulate", "studies.processes")
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "pandas",
+    "studies.simulate",
+    "studies.distributed.local_ranks",
+)
 #: Seconds a whole launch may take (start-up, rendezvous, work and exit) by default.
 DEFAULT_TIMEOUT = 120.0
 #: Seconds to wait for killed processes to be reaped.
 _REAP_TIMEOUT = 10.0
+#: Seconds a peer's error waits for a silent death to be reported before it is blamed.
+_DEATH_GRACE = 2.0
 
 
 class LaunchError(RuntimeError):
@@ -251,7 +259,8 @@ def _collect(ranks: list[_Rank], world_size: int, deadline: float, timeout: floa
     When several failures are seen at once, a rank that died silently is blamed first
     (others' errors are then usually its peers noticing the closed connection), then the
     earliest-stamped traceback: a rank's own error is always sent before its exit can
-    break a peer's collective.
+    break a peer's collective. Errors alone wait briefly for a silent death to be
+    reported (:func:`_silent_deaths`), since a peer's error can arrive before it.
     """
     results: dict[int, Any] = {}
     while len(results) < world_size:
@@ -269,10 +278,34 @@ def _collect(ranks: list[_Rank], world_size: int, deadline: float, timeout: floa
                 results[entry.rank] = answer[0]
             entry.done = answer is not None
         if failures:
+            if all(failure.traceback is not None for failure in failures):
+                failures += _silent_deaths(ranks)
             silent = [f for f in failures if f.traceback is None]
             first = min(silent, key=_by_rank) if silent else min(failures, key=_by_time)
             raise first.error(world_size)
     return [results[rank] for rank in range(world_size)]
+
+
+def _silent_deaths(ranks: list[_Rank]) -> list[_Failure]:
+    """Ranks not yet answered that turn out, within :data:`_DEATH_GRACE`, to have died silently.
+
+    A peer notices a dead rank's closed connection and sends its own error within
+    milliseconds, while the fork server reports the death only once it has reaped the
+    process, so the peer's error often arrives first; the death is what to blame.
+    """
+    pending = [entry for entry in ranks if not entry.done]
+    deadline = time.monotonic() + _DEATH_GRACE
+    found = []
+    while pending and (remaining := deadline - time.monotonic()) > 0:
+        ready = wait([entry.process.sentinel for entry in pending], remaining)
+        if not ready:
+            break
+        for entry in [entry for entry in pending if entry.process.sentinel in ready]:
+            pending.remove(entry)
+            answer = _answer(entry)
+            if isinstance(answer, _Failure) and answer.traceback is None:
+                found.append(answer)
+    return found
 
 
 def _by_rank(failure: _Failure) -> int:

@@ -1,10 +1,11 @@
 """Does the simulation predict real processes? Run both and compare row by row.
 
-:func:`compare` runs each :class:`~studies.launch.Run` in real processes (gloo, the
-sampler reading its placement from the process group, real DataLoader workers) and
-in-process with :func:`studies.simulate.case_rows` (no workers), and compares the tidy
-rows exactly: same batches, same indices, same order. :func:`verification_runs` is the
-set the report checks: the shared experiment plus a grid over world sizes 1 to 8.
+:func:`compare` runs each :class:`~studies.distributed.case_runs.Run` in real processes
+(gloo, the sampler reading its placement from the process group, real DataLoader
+workers) and in-process with :func:`studies.simulate.case_rows` (no workers), and
+compares the tidy rows exactly: same batches, same indices, same order.
+:func:`verification_runs` is the set the report checks: the shared experiment plus a
+grid over world sizes 1 to 8.
 """
 
 from __future__ import annotations
@@ -17,11 +18,19 @@ from typing import Any
 import pandas as pd
 
 from studies.cases import CASE_COLUMNS, EXPERIMENT, Case, Implementation
-from studies.launch import Run, run_many
-from studies.processes import DEFAULT_TIMEOUT
+from studies.distributed.case_runs import Run, run_many
+from studies.distributed.local_ranks import DEFAULT_TIMEOUT
 from studies.simulate import COLUMNS, case_rows
 
-__all__ = ["MATCH_COLUMNS", "MISMATCH_COLUMNS", "Comparison", "compare", "verification_runs"]
+__all__ = [
+    "MATCH_COLUMNS",
+    "MISMATCH_COLUMNS",
+    "Agreement",
+    "Comparison",
+    "agreement",
+    "compare",
+    "verification_runs",
+]
 
 _LOADER_COLUMNS = ("num_workers", "persistent_workers")
 #: One row per run: does the real table equal the simulated one?
@@ -67,6 +76,37 @@ class Comparison:
         return len(self.matches)
 
 
+@dataclass(frozen=True)
+class Agreement:
+    """One run's real rows against the simulation of its case.
+
+    ``simulated`` holds the simulated rows (no DataLoader workers); ``match`` says whether
+    the real rows equal them exactly. ``same_in_process`` is only set when they differ:
+    whether an in-process run with the run's own DataLoader options gives the real rows.
+    """
+
+    simulated: list[dict[str, Any]]
+    match: bool
+    same_in_process: bool | None
+
+    def record(self, real: list[dict[str, Any]]) -> dict[str, Any]:
+        """The plain-value summary: row counts, ``match`` and ``same_in_process``."""
+        return {
+            "simulated_rows": len(self.simulated),
+            "processes_rows": len(real),
+            "match": self.match,
+            "same_in_process": self.same_in_process,
+        }
+
+
+def agreement(run: Run, real: list[dict[str, Any]]) -> Agreement:
+    """Compare ``real``, the tidy rows ``run`` gave in real processes, with the simulation."""
+    simulated = case_rows(run.case)
+    match = simulated == real
+    same_in_process = None if match else case_rows(run.case, **run.loader_options()) == real
+    return Agreement(simulated, match, same_in_process)
+
+
 def compare(
     runs: Sequence[Run],
     *,
@@ -86,26 +126,13 @@ def compare(
     summary: list[dict[str, Any]] = []
     differing: list[dict[str, Any]] = []
     for label, run, real in zip(labels, runs, real_tables, strict=True):
-        simulated = case_rows(run.case)
-        match = simulated == real
-        same_in_process = None
-        if not match:
-            same_in_process = case_rows(run.case, **run.loader_options()) == real
-            for source, rows in (("simulated", simulated), ("processes", real)):
+        found = agreement(run, real)
+        if not found.match:
+            for source, rows in (("simulated", found.simulated), ("processes", real)):
                 differing.extend(
                     {"label": label, "source": source, **_loader(run), **row} for row in rows
                 )
-        summary.append(
-            {
-                "label": label,
-                **run.case.key(),
-                **_loader(run),
-                "simulated_rows": len(simulated),
-                "processes_rows": len(real),
-                "match": match,
-                "same_in_process": same_in_process,
-            }
-        )
+        summary.append({"label": label, **run.case.key(), **_loader(run), **found.record(real)})
     return Comparison(
         pd.DataFrame(summary, columns=list(MATCH_COLUMNS)),
         pd.DataFrame(differing, columns=list(MISMATCH_COLUMNS)),

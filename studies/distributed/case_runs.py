@@ -1,10 +1,11 @@
 """Run cases in real processes and return what each rank's DataLoader handed it.
 
-Each rank is a real process in a gloo process group (see :mod:`studies.processes`) and
-builds its loader as a training script does: ``DistributedSampler(dataset, shuffle=...,
-seed=..., drop_last=...)`` with no ``num_replicas``/``rank``, so both come from the
-process group; ``set_epoch`` before each epoch as the case says; a ``DataLoader`` with
-the requested ``num_workers``/``persistent_workers``. The sampler and loader come from
+Each rank is a real process in a gloo process group (see
+:mod:`studies.distributed.local_ranks`) and builds its loader as a training script does:
+``DistributedSampler(dataset, shuffle=..., seed=..., drop_last=...)`` with no
+``num_replicas``/``rank``, so both come from the process group; ``set_epoch`` before
+each epoch as the case says; a ``DataLoader`` with the requested
+``num_workers``/``persistent_workers``. The sampler and loader come from
 :func:`studies.simulate.make_sampler`/:func:`~studies.simulate.make_loader`, and the rows
 from :func:`studies.simulate.tidy_rows`, so the only thing that can differ from
 :func:`studies.simulate.simulate` is what the ranks actually received.
@@ -24,7 +25,7 @@ import pandas as pd
 import torch.distributed as dist
 
 from studies.cases import Case
-from studies.processes import DEFAULT_TIMEOUT, launch
+from studies.distributed.local_ranks import DEFAULT_TIMEOUT, launch
 from studies.simulate import frame, rank_batches, tidy_rows
 
 __all__ = ["Run", "observe_on_rank", "run_case", "run_cases", "run_many"]
@@ -72,8 +73,8 @@ def run_case(
     """The tidy table of one case run in ``case.world_size`` real processes.
 
     Same columns (:data:`studies.simulate.COLUMNS`) and row order as
-    ``simulate([case])``. Raises :class:`studies.processes.RankFailed` or
-    :class:`~studies.processes.LaunchTimeout` instead of hanging.
+    ``simulate([case])``. Raises :class:`studies.distributed.local_ranks.RankFailed` or
+    :class:`~studies.distributed.local_ranks.LaunchTimeout` instead of hanging.
     """
     return run_cases(
         [case], num_workers=num_workers, persistent_workers=persistent_workers, timeout=timeout
@@ -112,7 +113,7 @@ def run_many(
     by_world: dict[int, list[int]] = {}
     for position, run in enumerate(runs):
         if not isinstance(run, Run):
-            raise TypeError(f"runs must hold studies.launch.Run values, got {run!r}")
+            raise TypeError(f"runs must hold case_runs.Run values, got {run!r}")
         by_world.setdefault(run.case.world_size, []).append(position)
     tables: list[list[dict[str, Any]]] = [[] for _ in runs]
     worlds = sorted(by_world)

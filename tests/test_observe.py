@@ -1,0 +1,143 @@
+"""``dsampler observe`` under torchrun: 3 gloo ranks on 127.0.0.1, bounded in time.
+
+The processes tests run torchrun as CI does (``python -m torch.distributed.run``, the
+module torchrun's script runs) with ``--standalone``, which rendezvous on localhost with
+a free port, and with gloo's sockets on the loopback interface. Each torchrun run gets a
+wall-clock limit well under the test's own timeout; on expiry its whole process group is
+killed, so a regression fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studies.cases import Case
+from studies.cli import main
+from studies.distributed.torchrun import ENVIRONMENT
+from studies.simulate import simulate
+from studies.summary import summarize
+from studies.tables import to_json_records
+from studies.verdicts import verdicts
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Seconds one torchrun run may take (3 ranks importing torch on 2 shared cores: ~10 s).
+TORCHRUN_TIMEOUT = 90.0
+OBSERVE = ["observe", "--dataset-size", "11", "--batch-size", "2", "--format", "json"]
+
+
+def _loopback() -> str:
+    names = {name for _, name in socket.if_nameindex()}
+    return "lo" if "lo" in names else "lo0"
+
+
+def torchrun(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 3 <arguments>``, killed after the limit."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "3", *arguments]
+    environment = {**os.environ, "GLOO_SOCKET_IFNAME": _loopback(), "PYTHONPATH": str(ROOT)}
+    for name in (*ENVIRONMENT, "LOCAL_RANK", "GROUP_RANK"):
+        environment.pop(name, None)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, to kill the ranks with it
+    )
+    try:
+        out, err = process.communicate(timeout=TORCHRUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"torchrun {' '.join(arguments)} ran past {TORCHRUN_TIMEOUT} s")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_observe_under_torchrun_prints_what_explain_prints() -> None:
+    done = torchrun("-m", "studies.cli", *OBSERVE)
+
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)  # stdout holds this one object and nothing else
+    assert list(answer) == ["rows", "summary", "verdicts", "backend", "agreement"]
+    case = Case(11, 3, 2)
+    simulated = simulate([case])
+    assert [row.pop("source") for row in answer["rows"]] == ["processes"] * len(simulated)
+    assert answer["rows"] == to_json_records(simulated)
+    summary = summarize([case], simulated).iloc[0].to_dict()
+    assert answer["summary"] == summary
+    assert [v["name"] for v in answer["verdicts"]] == [v.name for v in verdicts(case, summary)]
+    assert answer["backend"] == "gloo"
+    assert answer["agreement"] == {
+        "simulated_rows": len(simulated),
+        "processes_rows": len(simulated),
+        "match": True,
+        "same_in_process": None,
+    }
+    explained = ["explain", *OBSERVE[1:], "--world-size", "3"]
+    out = subprocess.run(
+        [sys.executable, "-m", "studies.cli", *explained],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=TORCHRUN_TIMEOUT,
+    ).stdout
+    assert {key: answer[key] for key in ("summary", "verdicts")} == {
+        key: json.loads(out)[key] for key in ("summary", "verdicts")
+    }
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_a_failing_rank_fails_the_job_with_its_error() -> None:
+    done = torchrun(str(ROOT / "tests" / "torchrun_failing_rank.py"), *OBSERVE[1:])
+
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert "dsampler observe: error on rank 1: rank 1 cannot read sample" in done.stderr
+    # torchrun's summary names the rank and shows its traceback (recorded by the rank).
+    assert "rank      : 1 (local_rank: 1)" in done.stderr
+    assert "OSError: rank 1 cannot read sample" in done.stderr
+
+
+def test_observe_outside_torchrun_says_how_to_start_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    code = main(OBSERVE)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert "the environment lacks RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT" in err
+    assert "torchrun --nproc-per-node N -m studies.cli observe" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0.0"),
+        (["--dataset-size", "100001"], "--dataset-size must be at most 100000 for observe"),
+        (["--world-size", "3"], "unrecognized arguments: --world-size 3"),
+        (["--persistent-workers"], "--persistent-workers needs --num-workers 1 or more"),
+    ],
+)
+def test_observe_checks_its_options_before_joining_a_group(
+    capsys: pytest.CaptureFixture[str], changes: list[str], message: str
+) -> None:
+    code = main([*OBSERVE, *changes])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert message in err
