@@ -14,7 +14,7 @@ from samplers import (
     InconsistentRanksError,
     gather_unsharded,
 )
-from studies.processes import launch
+from studies.distributed.local_ranks import launch
 
 WORLD_SIZE = 3
 SIZE = 23
