@@ -117,8 +117,12 @@ def rank_batches(
     for epoch in range(case.epochs):
         if case.set_epoch and isinstance(sampler, StockDistributedSampler):
             sampler.set_epoch(epoch)
-        for number, batch in enumerate(loader):
-            yield epoch, number, batch.tolist()
+        with warnings.catch_warnings():
+            # Ours warns when an epoch repeats without set_epoch; the study records that.
+            warnings.filterwarnings("ignore", "DistributedSampler is iterated again")
+            batches = [batch.tolist() for batch in loader]
+        for number, batch in enumerate(batches):
+            yield epoch, number, batch
 
 
 def case_rows(case: Case, **loader_options: Any) -> list[dict[str, Any]]:
