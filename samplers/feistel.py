@@ -106,13 +106,14 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
 from samplers import checks
 
-__all__ = ["MAX_SIZE", "ROUNDS", "FeistelPermutation"]
+__all__ = ["MAX_SIZE", "ROUNDS", "FeistelPermutation", "round_keys"]
 
 #: The largest supported size: every position and index then fits an int64.
 MAX_SIZE = 1 << 63
@@ -124,10 +125,16 @@ _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
 _MIX64_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 _F_MULTIPLIERS = (0x59950A6B, 0x6CE9DB8F)
+#: Values still cycle-walking are finished in Python once at most this many remain: a
+#: tensor step has a fixed cost of about thirty single-value steps in Python.
+_PYTHON_TAIL = 32
+
+#: A Python int or an int64 tensor: the round code below serves both unchanged.
+_Word = TypeVar("_Word", int, torch.Tensor)
 
 
 def _mix64(z: int) -> int:
-    """The 64-bit bijective mixer of the key schedule (pure Python integers)."""
+    """The 64-bit bijective mixer of the key schedule."""
     z ^= z >> 30
     z = (z * _MIX64_MULTIPLIERS[0]) & _MASK64
     z ^= z >> 27
@@ -136,7 +143,10 @@ def _mix64(z: int) -> int:
 
 
 def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
-    """The ``ROUNDS`` 32-bit round keys for ``seed`` and ``epoch`` (reduced mod 2**64)."""
+    """The ``ROUNDS`` 32-bit round keys for ``seed`` and ``epoch`` (each reduced mod 2**64).
+
+    Different ``(seed mod 2**64, epoch mod 2**64)`` pairs give different keys.
+    """
     s, e = seed & _MASK64, epoch & _MASK64
     w0 = _mix64((s + _GAMMA) & _MASK64)
     w1 = _mix64(((w0 ^ e) + _GAMMA) & _MASK64)
@@ -146,23 +156,14 @@ def round_keys(seed: int, epoch: int) -> tuple[int, ...]:
     return tuple((words[r // 2] >> (32 * (r % 2))) & _MASK32 for r in range(ROUNDS))
 
 
-def _round_function(key: int, x: int) -> int:
-    """``F(key, x)`` of the specification, for ``x < 2**32`` (pure Python integers)."""
-    h = x ^ key
-    h ^= h >> 16
-    h = (h * _F_MULTIPLIERS[0]) & _MASK32
-    h ^= h >> 15
-    h = (h * _F_MULTIPLIERS[1]) & _MASK32
-    return h ^ (h >> 16)
+def _round_function(key: int, x: _Word) -> _Word:
+    """``F(key, x)`` of the specification, for ``x`` (or each element) in ``[0, 2**32)``.
 
-
-def _round_function_tensor(key: int, x: torch.Tensor) -> torch.Tensor:
-    """``F(key, x)`` elementwise on an int64 tensor of values in ``[0, 2**32)``.
-
-    Every intermediate stays in ``[0, 2**63)``: ``h < 2**32`` and both multipliers are
-    below ``2**31``.
+    On a tensor every intermediate stays in ``[0, 2**63)``: ``h < 2**32`` before each
+    product and both multipliers are below ``2**31``. On a Python int the same
+    operations run with unbounded integers, so the two agree only if nothing overflows.
     """
-    h = torch.bitwise_xor(x, key)
+    h = x ^ key  # a new value: the in-place steps below never touch ``x``
     h ^= h >> 16
     h *= _F_MULTIPLIERS[0]
     h &= _MASK32
@@ -200,14 +201,14 @@ class FeistelPermutation:
         self.epoch = checks.as_int("epoch", epoch)
         self._keys = round_keys(self.seed, self.epoch)
         bits = (size - 1).bit_length() if size > 1 else 0
-        #: Widths of the high and low halves of the Feistel domain ``[0, 2**bits)``.
+        # Widths of the high and low halves of the Feistel domain [0, 2**bits).
         self._high_bits = bits - bits // 2
         self._low_bits = bits // 2
+        # With size a power of two there is nothing to walk (and 2**63 fits no int64).
+        self._walks = size > 1 and size != 1 << bits
 
     def __repr__(self) -> str:
         return f"FeistelPermutation(size={self.size}, seed={self.seed}, epoch={self.epoch})"
-
-    # -- pure Python, one position -------------------------------------------------
 
     def at(self, position: int) -> int:
         """The dataset index at ``position``, in pure Python integer arithmetic."""
@@ -218,24 +219,17 @@ class FeistelPermutation:
             )
         if self.size == 1:
             return position
-        value = self._encrypt_int(position)
+        value = self._encrypt(position)
         while value >= self.size:
-            value = self._encrypt_int(value)
+            value = self._encrypt(value)
         return value
 
-    def _encrypt_int(self, x: int) -> int:
-        low, high = self._low_bits, self._high_bits
-        left, right = x >> low, x & ((1 << low) - 1)
-        left_bits, right_bits = high, low
-        for key in self._keys:
-            left, right = right, left ^ (_round_function(key, right) & ((1 << left_bits) - 1))
-            left_bits, right_bits = right_bits, left_bits
-        return (left << low) | right
-
-    # -- torch, many positions -----------------------------------------------------
-
     def __call__(self, positions: torch.Tensor) -> torch.Tensor:
-        """The dataset index at each of ``positions`` (an integer tensor of any shape)."""
+        """The dataset index at each of ``positions`` (an integer tensor of any shape).
+
+        Returns an int64 tensor of the same shape; raises ``ValueError`` if a position is
+        outside ``[0, size)``.
+        """
         flat = self._checked("positions", positions)
         return self._walk(flat, self._encrypt).reshape(positions.shape)
 
@@ -260,26 +254,32 @@ class FeistelPermutation:
                 )
         return flat
 
-    def _walk(self, values: torch.Tensor, step: Any) -> torch.Tensor:
+    def _walk(self, values: torch.Tensor, step: Callable[[Any], Any]) -> torch.Tensor:
         """Apply ``step`` to every value, then again to those still ``>= size``."""
         if self.size <= 1 or not values.numel():
             return values.clone()
         result = step(values)
-        if self.size == 1 << (self._high_bits + self._low_bits):
-            return result  # no walking on a power of two (and ``size`` may not fit an int64)
+        if not self._walks:
+            return result
         pending = (result >= self.size).nonzero().reshape(-1)
-        while pending.numel():
+        while pending.numel() > _PYTHON_TAIL:
             stepped = step(result[pending])
             result[pending] = stepped
             pending = pending[stepped >= self.size]
+        for slot in pending.tolist():
+            value = step(int(result[slot]))
+            while value >= self.size:
+                value = step(value)
+            result[slot] = value
         return result
 
-    def _encrypt(self, x: torch.Tensor) -> torch.Tensor:
-        low, high = self._low_bits, self._high_bits
+    def _encrypt(self, x: _Word) -> _Word:
+        """``E`` of the specification on ``[0, 2**n)``, for an int or each tensor element."""
+        low = self._low_bits
         left, right = x >> low, x & ((1 << low) - 1)
-        left_bits, right_bits = high, low
+        left_bits, right_bits = self._high_bits, low
         for key in self._keys:
-            mixed = _round_function_tensor(key, right)
+            mixed = _round_function(key, right)
             mixed &= (1 << left_bits) - 1
             mixed ^= left
             left, right = right, mixed
@@ -288,13 +288,14 @@ class FeistelPermutation:
         left |= right
         return left
 
-    def _decrypt(self, y: torch.Tensor) -> torch.Tensor:
-        low, high = self._low_bits, self._high_bits
+    def _decrypt(self, y: _Word) -> _Word:
+        """The inverse of :meth:`_encrypt`: the rounds undone in reverse order."""
+        low = self._low_bits
         left, right = y >> low, y & ((1 << low) - 1)
-        left_bits, right_bits = high, low
+        left_bits, right_bits = self._high_bits, low
         for key in reversed(self._keys):
             # Undo ``left, right = right, left ^ F(right)``: the old right is ``left``.
-            mixed = _round_function_tensor(key, left)
+            mixed = _round_function(key, left)
             mixed &= (1 << right_bits) - 1
             mixed ^= right
             left, right = mixed, left
