@@ -73,7 +73,7 @@ round function here is a fast keyed mixer, not a random function, the halves may
 by a bit, domains can be tiny, and rounds 0 and 1 are keyed by the seed alone (two epochs
 of one seed differ from round 2 on). Measured with the quality tests in
 ``tests/test_feistel.py``: with four rounds the chi-square test at sizes 5 and 37 and
-both tests of unrelated epochs fail; with six all pass; eight keeps a margin. It is not a
+the tests of unrelated orders across seeds and epochs fail; with six all pass; eight keeps a margin. It is not a
 cryptographic permutation and must not be used as one.
 
 Test vectors: ``P(0), ..., P(9)`` for ``FeistelPermutation(size, seed, epoch)``
