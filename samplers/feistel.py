@@ -289,31 +289,33 @@ class FeistelPermutation:
 
     def _encrypt(self, x: _Word) -> _Word:
         """``E`` of the specification on ``[0, 2**n)``, for an int or each tensor element."""
+        return self._network(x, self._keys, inverse=False)
+
+    def _decrypt(self, y: _Word) -> _Word:
+        """The inverse of :meth:`_encrypt`."""
+        return self._network(y, self._keys[::-1], inverse=True)
+
+    def _network(self, x: _Word, keys: tuple[int, ...], *, inverse: bool) -> _Word:
+        """The Feistel rounds with ``keys``; with ``inverse``, on the swapped halves.
+
+        Undoing ``left, right = right, left ^ F(right)`` is the same round on the
+        swapped pair ``(right, left)``, so the inverse runs the rounds in reverse key
+        order between two swaps.
+        """
         low = self._low_bits
-        left, right = x >> low, x & ((1 << low) - 1)
-        left_bits, right_bits = self._high_bits, low
-        for key in self._keys:
+        bits = low + self._high_bits
+        high_half, low_half = x >> low, x & ((1 << low) - 1)
+        if inverse:
+            left, right, left_bits = low_half, high_half, low
+        else:
+            left, right, left_bits = high_half, low_half, bits - low
+        for key in keys:
             mixed = _round_function(key, right)
             mixed &= (1 << left_bits) - 1
             mixed ^= left
             left, right = right, mixed
-            left_bits, right_bits = right_bits, left_bits
-        left <<= low
-        left |= right
-        return left
-
-    def _decrypt(self, y: _Word) -> _Word:
-        """The inverse of :meth:`_encrypt`: the rounds undone in reverse order."""
-        low = self._low_bits
-        left, right = y >> low, y & ((1 << low) - 1)
-        left_bits, right_bits = self._high_bits, low
-        for key in reversed(self._keys):
-            # Undo ``left, right = right, left ^ F(right)``: the old right is ``left``.
-            mixed = _round_function(key, left)
-            mixed &= (1 << right_bits) - 1
-            mixed ^= right
-            left, right = mixed, left
-            left_bits, right_bits = right_bits, left_bits
-        left <<= low
-        left |= right
-        return left
+            left_bits = bits - left_bits
+        high_half, low_half = (right, left) if inverse else (left, right)
+        high_half <<= low
+        high_half |= low_half
+        return high_half
