@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import samplers.feistel
-from samplers.feistel import MAX_SIZE, FeistelPermutation
+from samplers.feistel import MAX_SIZE, ROUNDS, FeistelPermutation, round_keys
 
 #: How far (in standard deviations under the null hypothesis) a statistic may stray.
 Z_LIMIT = 5.0
@@ -110,6 +110,20 @@ def test_at_equals_the_tensor_path(case: tuple[int, list[int]], seed: int, epoch
     indices = perm(torch.tensor(positions, dtype=torch.int64))
     assert indices.tolist() == [perm.at(position) for position in positions]
     assert perm.inverse(indices).tolist() == positions
+
+
+@pytest.mark.parametrize("size", [3, 37, 1000, 4097])
+def test_at_equals_the_tensor_path_at_every_position(size: int) -> None:
+    perm = FeistelPermutation(size, 11, 12)
+    assert [perm.at(position) for position in range(size)] == order(size, 11, 12).tolist()
+
+
+def test_different_seed_epoch_pairs_get_different_keys() -> None:
+    values = [-2, -1, 0, 1, 2, 3, 2**32, 2**63, 2**64 + 4]
+    assert len({value % 2**64 for value in values}) == len(values)
+    pairs = [(seed, epoch) for seed in values for epoch in values]
+    assert len({round_keys(seed, epoch) for seed, epoch in pairs}) == len(pairs)
+    assert all(len(round_keys(*pair)) == ROUNDS for pair in pairs[:3])
 
 
 def _documented_vectors() -> list[tuple[int, int, int, list[int]]]:
