@@ -129,7 +129,7 @@ _GAMMA = 0x9E3779B97F4A7C15
 _MIX64_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 _F_MULTIPLIERS = (0x59950A6B, 0x6CE9DB8F)
 #: Values still cycle-walking are finished in Python once at most this many remain: a
-#: tensor step has a fixed cost of about thirty single-value steps in Python.
+#: tensor step has a fixed cost of about forty single-value steps in Python.
 _PYTHON_TAIL = 32
 
 #: Tensors are evaluated in blocks of this many elements: below torch's threshold for
