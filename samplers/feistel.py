@@ -275,11 +275,13 @@ class FeistelPermutation:
         result = step(values)
         if not self._walks:
             return result
+        # index_select / index_copy_ / masked_select rather than ``result[pending]``:
+        # advanced indexing opens a parallel region even on small tensors.
         pending = (result >= self.size).nonzero().reshape(-1)
         while pending.numel() > _PYTHON_TAIL:
-            stepped = step(result[pending])
-            result[pending] = stepped
-            pending = pending[stepped >= self.size]
+            stepped = step(result.index_select(0, pending))
+            result.index_copy_(0, pending, stepped)
+            pending = pending.masked_select(stepped >= self.size)
         for slot in pending.tolist():
             value = step(int(result[slot]))
             while value >= self.size:
