@@ -7,7 +7,7 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from samplers import agreement, checks
-from samplers.plan import Batched, EpochPlan, Layout, ShardSizes, Tail
+from samplers.plan import Batched, EpochPlan, Layout, Permutation, ShardSizes, Tail
 from samplers.resume import Resumable
 from samplers.share import BatchIterator
 
@@ -70,6 +70,8 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
             ranks (broadcast from rank 0; a collective).
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+        permutation: ``"randperm"`` (the stock sampler's order, default) or ``"feistel"``
+            (O(1) memory; see :class:`samplers.DistributedSampler`).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         *,
         tail: Tail = "pad",
         auto_epoch: bool = False,
+        permutation: Permutation = "randperm",
     ) -> None:
         checks.dataset_size(dataset)
         self.batch_size = checks.positive("batch_size", batch_size)
@@ -90,8 +93,9 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         self.tail: Tail = checks.tail(tail, drop_last=False)
         self.shuffle = checks.as_flag("shuffle", shuffle)
         self.seed = checks.seed_or_agreed(seed)
+        self.permutation: Permutation = checks.permutation(permutation)
         if self.shuffle:
-            checks.seed_fits(self.seed, 0)
+            checks.shuffle_key_fits(self.seed, 0, self.permutation)
         self.dataset = dataset
         self.epoch = 0
         self._init_epochs(auto_epoch)
@@ -117,10 +121,11 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         shuffle = checks.as_flag("shuffle", self.shuffle)
         seed = checks.seed(self.seed)
         epoch = checks.epoch(self.epoch)
+        permutation = checks.permutation(self.permutation)
         if shuffle:
-            checks.seed_fits(seed, epoch)
+            checks.shuffle_key_fits(seed, epoch, permutation)
         sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
-        return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
 
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
@@ -154,6 +159,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
             "epoch": self.epoch,
             "tail": self.tail,
             "batch_size": self.batch_size,
+            "permutation": self.permutation,
         }
 
     def check_consistent(self, group: Any = None) -> None:

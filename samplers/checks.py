@@ -15,7 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 from samplers.agreement import agreed_seed
-from samplers.plan import SEED_RANGE, TAILS, Tail, checked_key
+from samplers.plan import PERMUTATIONS, SEED_RANGE, TAILS, Permutation, Tail, checked_key
 
 
 class SeedTypeError(TypeError, RuntimeError):
@@ -221,6 +221,20 @@ def tail(value: Any, drop_last: bool) -> Tail:
     return value  # type: ignore[return-value]
 
 
+def permutation(value: Any) -> Permutation:
+    """``"randperm"`` (the stock sampler's) or ``"feistel"`` (O(1) memory)."""
+    if not isinstance(value, str) or value not in PERMUTATIONS:
+        choices = ", ".join(map(repr, PERMUTATIONS))
+        raise ValueError(f"permutation must be one of {choices}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def shuffle_key_fits(seed_value: int, epoch_value: int, permutation_value: str) -> None:
+    """With ``randperm``, ``seed + epoch`` must fit ``manual_seed``; feistel takes any."""
+    if permutation_value == "randperm":
+        checked_key(seed_value, epoch_value)
+
+
 def dataset_size(dataset: Any) -> int:
     """``len(dataset)``, with an error that says what the sampler needs."""
     if not hasattr(type(dataset), "__len__"):
@@ -241,6 +255,7 @@ __all__ = [
     "as_int",
     "dataset_size",
     "epoch",
+    "permutation",
     "placement",
     "positive",
     "rank",
@@ -248,6 +263,7 @@ __all__ = [
     "seed",
     "seed_fits",
     "seed_or_agreed",
+    "shuffle_key_fits",
     "tail",
     "world_size",
 ]

@@ -41,7 +41,7 @@ class EpochCounter:
         epoch = checks.epoch(epoch)
         if self.shuffle is True and isinstance(self.seed, int):
             # Fail here rather than at iter() when the permutation cannot be seeded.
-            checks.seed_fits(self.seed, epoch)
+            checks.shuffle_key_fits(self.seed, epoch, getattr(self, "permutation", "randperm"))
         self.epoch = epoch
         self._epoch_set = True
 

@@ -9,6 +9,8 @@ code.
 * :class:`IdentityOrder`: position ``p`` holds index ``p`` (no shuffling).
 * :class:`RandpermOrder`: the stock sampler's permutation, ``torch.randperm(N)`` drawn
   from a CPU generator seeded with ``seed + epoch``.
+* :class:`FeistelOrder`: a keyed bijection of ``[0, N)`` computed position by position
+  (:mod:`samplers.feistel`), so no order is ever held: O(1) memory at any ``N``.
 * :class:`ExplicitOrder`: any given sequence (the stream of a wrapped sampler).
 
 **Layout**: which positions each rank receives, in what order or batches, beginning at a
@@ -37,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 
@@ -47,6 +49,7 @@ __all__ = [
     "Batched",
     "EpochPlan",
     "ExplicitOrder",
+    "FeistelOrder",
     "IdentityOrder",
     "Order",
     "Permutation",
@@ -65,8 +68,9 @@ __all__ = [
 Tail = Literal["pad", "drop", "uneven"]
 TAILS: tuple[Tail, ...] = get_args(Tail)
 
-#: How a shuffled epoch order is drawn.
-Permutation = Literal["randperm"]
+#: How a shuffled epoch order is drawn: ``"randperm"`` is the stock sampler's (and needs
+#: the whole order in memory); ``"feistel"`` computes any position on its own.
+Permutation = Literal["randperm", "feistel"]
 PERMUTATIONS: tuple[Permutation, ...] = get_args(Permutation)
 
 #: ``torch.Generator.manual_seed`` accepts exactly this range.
@@ -246,6 +250,29 @@ class RandpermOrder(Order):
         return self.table.long()
 
 
+@dataclass(frozen=True)
+class FeistelOrder(Order):
+    """A keyed bijection of ``[0, size)`` from ``(seed, epoch)``, evaluated on demand.
+
+    Specified exactly in :mod:`samplers.feistel` (the same order on every platform and
+    torch version); unlike :class:`RandpermOrder` nothing of size ``N`` is ever built,
+    so a rank computes only the positions it takes, in chunks, and any position in O(1).
+    """
+
+    size: int
+    seed: int
+    epoch: int
+
+    @cached_property
+    def permutation(self) -> Any:
+        from samplers.feistel import FeistelPermutation  # it imports the checks
+
+        return FeistelPermutation(self.size, self.seed, self.epoch)
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.permutation(positions)
+
+
 def checked_key(seed: int, epoch: int) -> int:
     """``seed + epoch``, or the error ``manual_seed`` raises for it, naming both."""
     key = seed + epoch
@@ -272,6 +299,8 @@ def make_order(
         return IdentityOrder(size)
     if permutation == "randperm":
         return RandpermOrder(size, seed, epoch)
+    if permutation == "feistel":
+        return FeistelOrder(size, seed, epoch)
     raise ValueError(f"permutation must be one of {', '.join(PERMUTATIONS)}, got {permutation!r}")
 
 
@@ -484,6 +513,9 @@ class EpochPlan:
         >>> uneven = EpochPlan.of(5, 2, tail="uneven", shuffle=False, seed=0, epoch=0)
         >>> uneven.rank_indices(0).tolist(), uneven.rank_indices(1).tolist()
         ([0, 2, 4], [1, 3])
+        >>> feistel = EpochPlan.of(10, 2, shuffle=True, seed=0, epoch=0, permutation="feistel")
+        >>> feistel.rank_indices(0).tolist()   # positions 0, 2, ... of its epoch order
+        [8, 2, 3, 5, 1]
     """
 
     sizes: ShardSizes

@@ -66,6 +66,10 @@ class Resumable(EpochCounter):
     def _batch_size(self) -> int | None:
         return None
 
+    def _permutation(self) -> str:
+        """How the epoch order is drawn: ``"randperm"``, ``"feistel"``, or a stream."""
+        return getattr(self, "permutation", "randperm")
+
     # Epochs -----------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
@@ -144,7 +148,7 @@ class Resumable(EpochCounter):
             "last_epoch": self._last_epoch,
             "seed": checks.seed(self.seed),  # type: ignore[attr-defined]
             "shuffle": bool(self.shuffle),  # type: ignore[attr-defined]
-            "permutation": "randperm",
+            "permutation": self._permutation(),
             "tail": layout.tail if isinstance(layout, Batched) else self._tail(),
             "dataset_length": self._dataset_length(),
             "world_size": layout.world_size,
@@ -165,6 +169,11 @@ class Resumable(EpochCounter):
         mistyped, negative or inconsistent field.
         """
         checked = _checked(state, type(self).__name__, self._dataset_length())
+        if checked["permutation"] != self._permutation():
+            raise ValueError(
+                f"state field 'permutation' is {checked['permutation']!r}, this sampler draws "
+                f"{self._permutation()!r}: the saved epoch's order cannot be continued"
+            )
         if checked["shuffle"] != bool(self.shuffle):  # type: ignore[attr-defined]
             raise ValueError(
                 f"state field 'shuffle' is {checked['shuffle']}, this sampler's shuffle is "
@@ -254,11 +263,6 @@ def _checked(state: Any, kind: str, dataset_length: int) -> dict[str, Any]:
         )
     if checked["tail"] not in TAILS:
         raise ValueError(f"state field 'tail' must be one of {TAILS}, got {checked['tail']!r}")
-    if checked["permutation"] != "randperm":
-        raise ValueError(
-            f"state field 'permutation' is {checked['permutation']!r}, this sampler draws "
-            "'randperm'"
-        )
     if checked["dataset_length"] != dataset_length:
         raise ValueError(
             f"state field 'dataset_length' is {checked['dataset_length']}, but the dataset "

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers import agreement, checks
-from samplers.plan import EpochPlan, Layout, ShardSizes, Strided, Tail
+from samplers.plan import EpochPlan, Layout, Permutation, ShardSizes, Strided, Tail
 from samplers.resume import Resumable
 from samplers.share import ShareIterator
 
@@ -58,6 +58,13 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
       For exact evaluation; per-step collectives need equal step counts, which
       :class:`samplers.DistributedBatchSampler` gives.
 
+    ``permutation`` chooses how a shuffled epoch order is drawn: ``"randperm"`` (default)
+    is the stock sampler's ``torch.randperm``, drawn whole on every rank;
+    ``"feistel"`` (:mod:`samplers.feistel`) computes each position on its own, so a rank
+    computes only its share, in chunks, in O(1) memory at any dataset size, with the
+    same order on every platform and torch version (a different order from the stock
+    sampler's).
+
     .. warning::
         Call :meth:`set_epoch` before each epoch, before creating the DataLoader
         iterator. Otherwise every epoch uses the same order.
@@ -83,6 +90,8 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         seed: must be the same on every rank.
         drop_last: trim the tail instead of padding, so no sample is repeated.
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``; ``None`` follows ``drop_last``.
+        auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+        permutation: ``"randperm"`` (stock, default) or ``"feistel"``.
     """
 
     def __init__(
@@ -96,6 +105,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         *,
         tail: Tail | None = None,
         auto_epoch: bool = False,
+        permutation: Permutation = "randperm",
     ) -> None:
         # The stock __init__ is not called: it computes the sizes in floating point and
         # would read the process group a second time. Every attribute it sets is set here.
@@ -105,8 +115,9 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         tail = checks.tail(tail, drop_last)
         shuffle = checks.as_flag("shuffle", shuffle)
         seed = checks.seed_or_agreed(seed)
+        permutation = checks.permutation(permutation)
         if shuffle:
-            checks.seed_fits(seed, 0)
+            checks.shuffle_key_fits(seed, 0, permutation)
 
         self.dataset = dataset
         self.num_replicas = num_replicas
@@ -116,6 +127,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         self.tail: Tail = tail
         self.shuffle = shuffle
         self.seed = seed
+        self.permutation: Permutation = permutation
         self._init_epochs(auto_epoch)
         self._built_size = dataset_size
         self._warned_size = False
@@ -167,11 +179,12 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         shuffle = checks.as_flag("shuffle", self.shuffle)
         seed = checks.seed(self.seed)
         epoch = checks.epoch(self.epoch)
+        permutation = checks.permutation(self.permutation)
         if shuffle:
-            checks.seed_fits(seed, epoch)
+            checks.shuffle_key_fits(seed, epoch, permutation)
         if sizes is None:
             sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self._tail() == "drop")
-        return EpochPlan(sizes, shuffle=shuffle, seed=seed, epoch=epoch, layout=layout)
+        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
 
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
@@ -233,6 +246,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
             "seed": self.seed,
             "epoch": self.epoch,
             "tail": self.tail if self.tail == "uneven" else ("drop" if self.drop_last else "pad"),
+            "permutation": self.permutation,
         }
 
     def check_consistent(self, group: Any = None) -> None:

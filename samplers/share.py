@@ -22,8 +22,11 @@ from samplers.plan import Batched, EpochPlan, ExplicitOrder, RandpermOrder, Stri
 
 __all__ = ["CHUNK", "BatchIterator", "ShareIterator"]
 
-#: How many indices are turned into Python ints at a time.
+#: How many indices are turned into Python ints at a time, at most.
 CHUNK = 1 << 16
+#: The first chunk computed on demand; each next one doubles, up to CHUNK, so the first
+#: index comes fast even where every position costs work (the feistel order).
+FIRST_CHUNK = 1 << 10
 
 
 class ShareIterator(Iterator[int]):
@@ -50,6 +53,7 @@ class ShareIterator(Iterator[int]):
         # Keep the settings, not a drawn order: the share holds what is still needed.
         self._plan = plan if self._share is None else plan.without_order()
         self._end = taken  # slot where the current chunk ends
+        self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
         self._current: Iterator[int] = iter(())
 
     @property
@@ -72,10 +76,12 @@ class ShareIterator(Iterator[int]):
             pass
         if self._end >= self.count:
             raise StopIteration
-        start, self._end = self._end, min(self._end + CHUNK, self.count)
         if self._share is not None:
+            start, self._end = self._end, min(self._end + CHUNK, self.count)
             chunk = self._share[start : self._end].tolist()
         else:
+            self._step = min(self._step * 2, CHUNK)
+            start, self._end = self._end, min(self._end + self._step, self.count)
             chunk = self._plan.rank_indices(self.rank, start, self._end).tolist()
         self._current = iter(chunk)
         return next(self._current)

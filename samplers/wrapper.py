@@ -127,6 +127,9 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
     def _dataset_length(self) -> int:
         return len(self.sampler)
 
+    def _permutation(self) -> str:
+        return "stream"
+
     def _plan_with(self, layout: Layout) -> EpochPlan:
         stream = self.stream()
         size = stream.numel()

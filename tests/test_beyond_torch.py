@@ -29,9 +29,10 @@ from samplers import (
     unshard,
 )
 from samplers.agreement import compare_settings
-from samplers.plan import TAILS, EpochPlan
+from samplers.plan import PERMUTATIONS, TAILS, EpochPlan
 
 tails = st.sampled_from(TAILS)
+permutations = st.sampled_from(PERMUTATIONS)
 worlds = st.integers(1, 16)
 batches = st.integers(1, 16)
 
@@ -52,9 +53,19 @@ def shares(size: int, world: int, tail: str, seed: int = 0, epoch: int = 0, shuf
     return samplers_, [list(sampler) for sampler in samplers_]
 
 
-def batch_shares(size: int, world: int, batch: int, tail: str, seed: int = 0, epoch: int = 0):
+def batch_shares(
+    size: int,
+    world: int,
+    batch: int,
+    tail: str,
+    seed: int = 0,
+    epoch: int = 0,
+    permutation: str = "randperm",
+):
     samplers_ = [
-        DistributedBatchSampler(range(size), batch, world, rank, seed=seed, tail=tail)
+        DistributedBatchSampler(
+            range(size), batch, world, rank, seed=seed, tail=tail, permutation=permutation
+        )
         for rank in range(world)
     ]
     for sampler in samplers_:
@@ -78,6 +89,35 @@ def test_uneven_takes_every_sample_exactly_once_in_the_stock_order(
     stock.set_epoch(epoch)
     order = list(stock)  # one rank: the stock epoch order itself
     assert received == [order[rank::world] for rank in range(world)]
+
+
+@given(dataset_sizes(3_000), worlds, tails, seeds, st.integers(0, 100))
+def test_feistel_order_is_a_permutation_laid_out_like_randperm(
+    size: int, world: int, tail: str, seed: int, epoch: int
+) -> None:
+    received = []
+    for rank in range(world):
+        sampler = _quiet(
+            DistributedSampler,
+            range(size),
+            world,
+            rank,
+            seed=seed,
+            tail=tail,
+            permutation="feistel",
+        )
+        sampler.set_epoch(epoch)
+        received.append(list(sampler))
+        assert len(received[-1]) == len(sampler)
+    plan = EpochPlan.of(
+        size, world, tail=tail, shuffle=True, seed=seed, epoch=epoch, permutation="feistel"
+    )
+    order = plan.order.tolist()
+    assert sorted(order) == list(range(size))
+    stock_layout = EpochPlan.of(size, world, tail=tail, shuffle=False, seed=0, epoch=0)
+    assert received == [
+        [order[p] for p in stock_layout.rank_indices(rank).tolist()] for rank in range(world)
+    ]
 
 
 @given(dataset_sizes(2_000), worlds, seeds, st.booleans())
@@ -110,9 +150,9 @@ def test_contradictory_or_unknown_tails_raise() -> None:
 # Batch-aware sharding.
 
 
-@given(dataset_sizes(3_000), worlds, batches, tails, seeds, st.integers(0, 50))
-def test_batch_sampler_guarantees(size, world, batch, tail, seed, epoch) -> None:
-    samplers_, received = batch_shares(size, world, batch, tail, seed, epoch)
+@given(dataset_sizes(3_000), worlds, batches, tails, seeds, st.integers(0, 50), permutations)
+def test_batch_sampler_guarantees(size, world, batch, tail, seed, epoch, permutation) -> None:
+    samplers_, received = batch_shares(size, world, batch, tail, seed, epoch, permutation)
     counts = [len(rank_batches) for rank_batches in received]
     assert counts == [len(sampler) for sampler in samplers_]
     flat = Counter(i for rank_batches in received for b in rank_batches for i in b)
@@ -137,11 +177,11 @@ def test_batch_sampler_guarantees(size, world, batch, tail, seed, epoch) -> None
             assert min(sizes) >= batch // 2
 
 
-@given(dataset_sizes(2_000), worlds, batches, tails, seeds)
+@given(dataset_sizes(2_000), worlds, batches, tails, seeds, permutations)
 def test_after_k_steps_the_ranks_consumed_a_prefix_of_the_epoch_order(
-    size, world, batch, tail, seed
+    size, world, batch, tail, seed, permutation
 ) -> None:
-    samplers_, received = batch_shares(size, world, batch, tail, seed)
+    samplers_, received = batch_shares(size, world, batch, tail, seed, 0, permutation)
     order = samplers_[0].plan().order.tolist()
     steps = len(received[0])
     consumed: list[int] = []
@@ -340,15 +380,27 @@ def test_wrapper_passes_set_epoch_on_and_checks_what_it_wraps() -> None:
 # Exact unsharding.
 
 
-def _sampler_set(kind: str, size: int, world: int, batch: int, tail: str, seed: int):
+def _sampler_set(
+    kind: str, size: int, world: int, batch: int, tail: str, seed: int, permutation="randperm"
+):
     if kind == "sampler":
         return [
-            _quiet(DistributedSampler, range(size), world, r, seed=seed, tail=tail)
+            _quiet(
+                DistributedSampler,
+                range(size),
+                world,
+                r,
+                seed=seed,
+                tail=tail,
+                permutation=permutation,
+            )
             for r in range(world)
         ]
     if kind == "batch":
         return [
-            DistributedBatchSampler(range(size), batch, world, r, seed=seed, tail=tail)
+            DistributedBatchSampler(
+                range(size), batch, world, r, seed=seed, tail=tail, permutation=permutation
+            )
             for r in range(world)
         ]
     inner = SubsetRandomSampler(list(range(size)))
@@ -362,11 +414,12 @@ def _sampler_set(kind: str, size: int, world: int, batch: int, tail: str, seed: 
     batches,
     tails,
     seeds,
+    permutations,
 )
 def test_unshard_returns_each_result_once_in_dataset_order(
-    kind, size, world, batch, tail, seed
+    kind, size, world, batch, tail, seed, permutation
 ) -> None:
-    samplers_ = _sampler_set(kind, size, world, batch, tail, seed)
+    samplers_ = _sampler_set(kind, size, world, batch, tail, seed, permutation)
     received = [
         [i for item in sampler for i in (item if isinstance(item, list) else [item])]
         for sampler in samplers_

@@ -18,16 +18,32 @@ from torch.utils.data import RandomSampler, SequentialSampler
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 from samplers.plan import TAILS
 
-KINDS = ("sampler", "batch", "wrapper")
+#: Sampler kinds; "-feistel" draws the epoch order with permutation="feistel".
+KINDS = ("sampler", "batch", "wrapper", "sampler-feistel", "batch-feistel")
 
 
-def make(kind: str, size: int, world: int, rank: int, tail: str, seed: int = 0, batch: int = 3):
+def make(
+    kind: str,
+    size: int,
+    world: int,
+    rank: int,
+    tail: str,
+    seed: int = 0,
+    batch: int = 3,
+):
+    """A sampler of ``kind`` (see KINDS)."""
+    kind, _, permutation = kind.partition("-")
+    permutation = permutation or "randperm"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         if kind == "sampler":
-            return DistributedSampler(range(size), world, rank, seed=seed, tail=tail)
+            return DistributedSampler(
+                range(size), world, rank, seed=seed, tail=tail, permutation=permutation
+            )
         if kind == "batch":
-            return DistributedBatchSampler(range(size), batch, world, rank, seed=seed, tail=tail)
+            return DistributedBatchSampler(
+                range(size), batch, world, rank, seed=seed, tail=tail, permutation=permutation
+            )
         inner = RandomSampler(range(size)) if size else SequentialSampler(range(0))
         return DistributedSamplerWrapper(inner, world, rank, seed=seed, tail=tail)
 
@@ -118,7 +134,7 @@ def test_another_world_size_shares_out_exactly_the_rest(
     order = make(kind, size, 1, 0, "uneven", seed)
     universe = Counter(flat(list(order)))  # the epoch's stream (a wrapper's may repeat)
     extra, missing = seen - universe, universe - seen
-    new_step = new_world * (2 if kind == "batch" else 1)
+    new_step = new_world * (2 if kind.startswith("batch") else 1)
     if new_tail == "uneven":
         assert seen == universe
     elif new_tail == "pad":
@@ -176,7 +192,10 @@ def _state(**changes: Any) -> dict[str, Any]:
         (_state(tail="even"), "'tail' must be one of"),
         (_state(rank=2), "'rank' is 2, outside world_size=2"),
         (_state(world_size=0), "'world_size' must be at least 1, got 0"),
-        (_state(permutation="other"), "'permutation' is 'other'"),
+        (
+            _state(permutation="feistel"),
+            "'permutation' is 'feistel', this sampler draws 'randperm'",
+        ),
         (_state(stop=0), "'taken' is 1, more than the 0"),
         ({k: v for k, v in _state().items() if k != "taken"}, "'taken' is missing"),
         ([1, 2], "state must be a dict from state_dict"),
@@ -229,7 +248,7 @@ class Resuming(RuleBasedStateMachine):
             self.tails = {tail}
             self.max_step = 0
         self.tails.add(tail)
-        self.max_step = max(self.max_step, world * (3 if self.kind == "batch" else 1))
+        self.max_step = max(self.max_step, world * (3 if self.kind.startswith("batch") else 1))
         self.exhausted = False
 
     @rule(steps=st.integers(1, 5))
