@@ -75,6 +75,7 @@ class ShareIterator(Iterator[int]):
         except StopIteration:
             pass
         if self._end >= self.count:
+            self._share = None  # done: the sampler may keep this iterator, not its share
             raise StopIteration
         if self._share is not None:
             start, self._end = self._end, min(self._end + CHUNK, self.count)
