@@ -18,7 +18,8 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     """Yields this rank's batches of the epoch; every rank yields the same number.
 
     Guarantee: whenever the dataset has at least as many samples as ranks, every rank
-    yields the same number of batches (``len(sampler)``), so a collective run once per
+    yields the same number of batches (``len(sampler)``; one exception below), so a
+    collective run once per
     batch (DDP's gradient all-reduce, a metric ``all_reduce``) cannot wait forever on a
     rank that has finished. Why: batches are laid out a step at a time, one batch per
     rank per step (step ``k`` takes a contiguous range of the epoch order), instead of
@@ -39,9 +40,10 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
       epoch's batches differ by at most one in size), and with at least
       ``num_replicas * batch_size`` samples no batch smaller than ``batch_size // 2``:
       exact evaluation without tiny batches and without hangs. One honest exception: with
-      ``batch_size=1``, exactly once and equal counts both hold only when
-      ``num_replicas`` divides the dataset size; otherwise some ranks' last batch is
-      empty (``[]``), which a loop must skip (its collectives still run).
+      ``batch_size=1``, exactly once and equal counts can both hold only when
+      ``num_replicas`` divides the dataset size; otherwise exactly once wins and the
+      last ``num_replicas - N mod num_replicas`` ranks get one batch fewer (use DDP's
+      ``join()`` or a batch size of 2 or more).
 
     .. warning::
         Call :meth:`set_epoch` before each epoch (or pass ``auto_epoch=True``);
@@ -144,7 +146,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         return self._iterator
 
     def __len__(self) -> int:
-        """Batches per rank this epoch: the same on every rank."""
+        """Batches this rank yields this epoch (the same on every rank, see above)."""
         return self.plan().layout.count(self.rank)
 
     def settings(self) -> dict[str, Any]:

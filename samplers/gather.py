@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from samplers.plan import EpochPlan
+from samplers.plan import EpochPlan, ExplicitOrder
 
 __all__ = ["Planned", "gather_unsharded", "unshard"]
 
@@ -54,7 +54,10 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     """Each sample's result exactly once, in dataset order (index ``i`` at ``[i]``).
 
     ``parts[r]`` holds rank ``r``'s per-sample results in the order rank ``r``'s sampler
-    yielded the samples (for the batch sampler: its batches concatenated). ``sampler`` is
+    yielded the samples (for the batch sampler: its batches concatenated). For a
+    :class:`~samplers.DistributedSamplerWrapper`, whose stream may repeat or skip dataset
+    indices, the list is in *stream* order instead: ``len(sampler.sampler)`` results,
+    one per position of the wrapped sampler's stream. ``sampler`` is
     any rank's sampler of the same configuration, at the epoch the results are from (its
     ``plan()`` is read; or pass that ``EpochPlan``). Samples no rank received (tail
     ``"drop"``) hold ``None``. Raises ``ValueError`` when the number of parts is not the
@@ -63,6 +66,9 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     plan = _plan_of(sampler)
     world_size = plan.layout.world_size
     size = plan.sizes.dataset_size
+    # A wrapped sampler's stream may repeat indices or skip some: its results go back
+    # in stream order, one per position, instead of in dataset order.
+    by_position = isinstance(plan.ordering, ExplicitOrder)
     if len(parts) != world_size:
         raise ValueError(f"parts must hold one sequence per rank ({world_size}), got {len(parts)}")
     results: list[Any] = [None] * size
@@ -74,7 +80,10 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
                 f"({positions.numel()}), got {len(part)}"
             )
         inside = positions < size
-        indices = plan.indices_at(positions[inside]).tolist()
+        if by_position:
+            indices = positions[inside].tolist()
+        else:
+            indices = plan.indices_at(positions[inside]).tolist()
         kept = torch.nonzero(inside).flatten().tolist()
         for index, slot in zip(indices, kept, strict=True):
             results[index] = part[slot]

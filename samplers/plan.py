@@ -412,8 +412,9 @@ class Batched:
       ``W * S`` batches as evenly as possible (sizes differ by at most one, in batch
       order ``k * W + r``; the larger ones first). Every position is taken exactly once.
       With ``R >= W`` and ``B >= 2`` no batch is empty; with ``B = 1`` that needs
-      ``W`` to divide ``R`` (otherwise the last step has empty batches). With
-      ``R >= W * B`` no batch is smaller than ``B // 2``.
+      ``W`` to divide ``R``: otherwise the last step's batches that would be empty are
+      not handed out, so those ranks take one batch fewer (an empty batch would break a
+      DataLoader's collate). With ``R >= W * B`` no batch is smaller than ``B // 2``.
     """
 
     dataset_size: int
@@ -462,8 +463,12 @@ class Batched:
         return self.step_start(self.steps)
 
     def count(self, rank: int) -> int:
-        """How many batches ``rank`` takes: the same for every rank."""
-        return self.steps
+        """How many batches ``rank`` takes: ``steps``, except for empty ones (see above)."""
+        if self.tail != "uneven" or not self.batches or self.remaining >= self.batches:
+            return self.steps
+        # Fewer positions than batches (only with B = 1): batches numbered from R on
+        # would be empty and are not handed out.
+        return max(-(-(self.remaining - rank) // self.world_size), 0)
 
     def bounds(self, step: int, rank: int) -> tuple[int, int]:
         """The global positions ``[lo, hi)`` of ``rank``'s batch at ``step``."""
@@ -474,7 +479,8 @@ class Batched:
         """``rank``'s batches ``[lo:hi]`` as position tensors, in step order."""
         if lo < 0 or (hi is not None and hi < 0):
             raise ValueError(f"lo and hi must be at least 0, got lo={lo}, hi={hi}")
-        last = self.steps if hi is None else min(hi, self.steps)
+        count = self.count(rank)
+        last = count if hi is None else min(hi, count)
         return [
             torch.arange(*self.bounds(step, rank), dtype=torch.int64) for step in range(lo, last)
         ]

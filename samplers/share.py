@@ -22,11 +22,14 @@ from samplers.plan import Batched, EpochPlan, ExplicitOrder, RandpermOrder, Stri
 
 __all__ = ["CHUNK", "BatchIterator", "ShareIterator"]
 
-#: How many indices are turned into Python ints at a time, at most.
+#: How many indices of a held share are turned into Python ints at a time.
 CHUNK = 1 << 16
-#: The first chunk computed on demand; each next one doubles, up to CHUNK, so the first
-#: index comes fast even where every position costs work (the feistel order).
+#: Chunks computed on demand (the feistel and identity orders) start at FIRST_CHUNK
+#: positions, so the first index comes at once, and double up to COMPUTED_CHUNK: below
+#: torch's 32768-element threshold for intra-op parallelism, whose start-up on busy
+#: cores costs more than the work.
 FIRST_CHUNK = 1 << 10
+COMPUTED_CHUNK = (1 << 15) - 1
 
 
 class ShareIterator(Iterator[int]):
@@ -81,7 +84,7 @@ class ShareIterator(Iterator[int]):
             start, self._end = self._end, min(self._end + CHUNK, self.count)
             chunk = self._share[start : self._end].tolist()
         else:
-            self._step = min(self._step * 2, CHUNK)
+            self._step = min(self._step * 2, COMPUTED_CHUNK)
             start, self._end = self._end, min(self._end + self._step, self.count)
             chunk = self._plan.rank_indices(self.rank, start, self._end).tolist()
         self._current = iter(chunk)

@@ -186,19 +186,24 @@ def test_after_k_steps_the_ranks_consumed_a_prefix_of_the_epoch_order(
     steps = len(received[0])
     consumed: list[int] = []
     for step in range(steps):
-        consumed += [i for rank in range(world) for i in received[rank][step]]
+        consumed += [
+            i for rank in range(world) if step < len(received[rank]) for i in received[rank][step]
+        ]
         padded = [order[p % size] for p in range(len(consumed))]
         assert consumed == padded
 
 
 @given(st.integers(1, 300), st.integers(2, 16))
 def test_uneven_batch_size_one_is_equal_only_when_the_world_divides(size, world) -> None:
-    _, received = batch_shares(size, world, 1, "uneven")
+    samplers_, received = batch_shares(size, world, 1, "uneven")
     counts = [len(rank_batches) for rank_batches in received]
-    assert len(set(counts)) == 1  # every rank steps equally, always
-    empty = sum(1 for rank_batches in received for b in rank_batches if not b)
-    assert (empty == 0) == (size % world == 0)
+    assert counts == [len(sampler) for sampler in samplers_]
+    assert all(batch for rank_batches in received for batch in rank_batches)  # none empty
+    assert (len(set(counts)) == 1) == (size % world == 0)
+    assert max(counts) - min(counts) <= 1
     assert sorted(i for r in received for b in r for i in b) == list(range(size))
+    loader = DataLoader(range(size), batch_sampler=samplers_[-1])
+    assert [b.tolist() for b in loader] == received[-1]  # default collate: no empty batch
 
 
 def test_batch_sampler_in_a_dataloader_and_its_length() -> None:
@@ -403,7 +408,13 @@ def _sampler_set(
             )
             for r in range(world)
         ]
-    inner = SubsetRandomSampler(list(range(size)))
+    # Indices beyond the stream's length, and repeated: the stream is not a permutation.
+    weights = [1.0] * max(size, 1)
+    inner = (
+        WeightedRandomSampler(weights, num_samples=size, replacement=True)
+        if size
+        else (SubsetRandomSampler([]))
+    )
     return [DistributedSamplerWrapper(inner, world, r, seed=seed, tail=tail) for r in range(world)]
 
 
@@ -426,6 +437,12 @@ def test_unshard_returns_each_result_once_in_dataset_order(
     ]
     parts = [[{"index": i} for i in share] for share in received]
     restored = unshard(parts, samplers_[0])
+    if kind == "wrapper":  # back in stream order, whatever indices the stream holds
+        stream = samplers_[0].stream().tolist()
+        handed = {p for p in samplers_[0].plan().layout.all_positions().tolist() if p < size}
+        assert restored == [{"index": stream[p]} if p in handed else None for p in range(size)]
+        assert len(handed) == size or tail == "drop"
+        return
     seen = {i for share in received for i in share}
     assert restored == [{"index": i} if i in seen else None for i in range(size)]
     if tail != "drop":
