@@ -6,6 +6,7 @@ import pandas as pd
 
 from studies.distributed.unsharded_evaluation import BATCH_SIZE, measure
 from studies.findings import Evidence, Table
+from studies.findings.collective_evaluation import ROUNDING
 
 NAME = "exact-evaluation"
 TITLE = 'Exact distributed evaluation: tail="uneven" and gather_unsharded, in real processes'
@@ -78,8 +79,9 @@ def describe(frame: pd.DataFrame) -> str:
         f"and every rank's unsharded list held each sample's result at its index in "
         f"{int(frame[IN_ORDER].sum())}. With the stock sampler, {int(padded.sum())} pairs "
         f"are padded; in them summed counts were off in {int((pooled[padded] > 0).sum())} "
-        f"(by up to {pooled.max():.2e}), the mean of rank means in "
-        f"{int((means[padded] > 0).sum())} (by up to {means.max():.2e}), and the ROC AUC "
+        f"(by up to {pooled.max():.2e}), the mean of rank means (a float, off by more than "
+        f"{ROUNDING:g}) in {int((means[padded] > ROUNDING).sum())} (by up to "
+        f"{means.max():.2e}), and the ROC AUC "
         f"over the gathered, padded scores in {int((auc[padded] > 0).sum())} (by up to "
         f"{auc.max():.2e}: {int(worst['dataset size'])} samples on "
         f"{int(worst['world size'])} ranks, {int(worst['stock padding'])} padded). "
