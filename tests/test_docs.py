@@ -45,3 +45,19 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
     command = text.split(start)[1].split(end)[0]
     assert "pytest" in command and "ruff check" in command
     assert "-c constraints.txt" in command
+
+
+def test_readme_shows_the_generated_tail_policy_table() -> None:
+    from studies.findings import tail_policies
+
+    text = README.read_text()
+    start, end = tail_policies.README_START, tail_policies.README_END
+    assert text.count(start) == text.count(end) == 1
+    shown = text.split(start)[1].split(end)[0]
+    assert shown == "\n" + tail_policies.readme_table(), (
+        "README.md's tail-policy table is stale; paste tail_policies.readme_table() between "
+        "its markers"
+    )
+    # The section sits right after the 30-second example.
+    sections = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    assert sections[sections.index("30-second example") + 1] == "Which sampler and tail policy"

@@ -85,6 +85,10 @@ MODULES: tuple[str, ...] = (
     "cost",
     "real_processes",
     "collective_evaluation",
+    "exact_evaluation",
+    "zip_collection",
+    "wrapped_samplers",
+    "tail_policies",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
