@@ -289,7 +289,6 @@ def test_use_when_reads_the_numbers() -> None:
     row = {
         tail_policies.ONCE: "yes",
         tail_policies.EQUAL: "no",
-        tail_policies.EMPTY: "no",
         tail_policies.SMALLEST: "0.25",
         tail_policies.DROPPED: 0,
     }

@@ -53,6 +53,7 @@ def _collectives(_: object) -> dict[str, Any]:
 
     wrapper = DistributedSamplerWrapper(DistributedSampler(range(SIZE), 1, 0), tail="uneven")
     result["wrapper gathered"] = gather_unsharded(list(wrapper), wrapper)
+    result["wrapper stream"] = wrapper.stream().tolist()
     return result
 
 
@@ -75,4 +76,6 @@ def test_agreed_seeds_consistency_checks_and_exact_gathering() -> None:
         assert result["gathered everywhere"] == exact
         assert result["gathered on rank 1"] == (exact if rank == 1 else None)
         assert result["batch gathered"] == list(range(SIZE))
-        assert result["wrapper gathered"] == list(range(SIZE))
+        # A wrapper's results come back in stream order: here the inner sampler's order.
+        assert result["wrapper gathered"] == result["wrapper stream"]
+        assert sorted(result["wrapper stream"]) == list(range(SIZE))

@@ -65,6 +65,7 @@ STOCK_PAD = "stock DistributedSampler, drop_last=False"
 STOCK_DROP = "stock DistributedSampler, drop_last=True"
 OURS_PAD = 'DistributedSampler, tail="pad" (default)'
 OURS_DROP = 'DistributedSampler, tail="drop"'
+BATCHED_UNEVEN = 'DistributedBatchSampler, tail="uneven"'
 
 #: The samplers compared, in table order.
 LOADERS: dict[str, Loader] = {
@@ -75,15 +76,14 @@ LOADERS: dict[str, Loader] = {
     'DistributedSampler, tail="uneven"': _sampled(DistributedSampler, tail="uneven"),
     'DistributedBatchSampler, tail="pad"': _batched("pad"),
     'DistributedBatchSampler, tail="drop"': _batched("drop"),
-    'DistributedBatchSampler, tail="uneven"': _batched("uneven"),
+    BATCHED_UNEVEN: _batched("uneven"),
 }
 #: Ours that must stay a drop-in: (ours, the stock configuration it must equal).
 DROP_INS = ((OURS_PAD, STOCK_PAD), (OURS_DROP, STOCK_DROP))
 
 REPEATED = "samples repeated (max)"
 DROPPED = "samples dropped (max)"
-EQUAL = "equal batch counts"
-EMPTY = "empty batches"
+EQUAL = "equal batch counts (N ≥ W, B ≥ 2)"
 SMALLEST = "smallest batch / batch size (N ≥ W·B)"
 ONCE = "every sample exactly once"
 USE = "use this when"
@@ -138,12 +138,14 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     for name, own in frame.groupby("sampler", sort=False):
         large = own[own["dataset size"] >= own["world size"] * own["batch size"]]
         smallest = (large["smallest"] / large["batch size"]).min()
+        # The batch sampler promises equal counts from N >= W on, except for an uneven
+        # tail with batch size 1 (exactly once wins there): the column shows that range.
+        promised = own[(own["dataset size"] >= own["world size"]) & (own["batch size"] >= 2)]
         row = {
             "sampler": name,
             REPEATED: int(own["repeated"].max()),
             DROPPED: int(own["dropped"].max()),
-            EQUAL: _yes(own["equal"].all()),
-            EMPTY: _yes(own["empty"].any()),
+            EQUAL: _yes(promised["equal"].all()),
             SMALLEST: f"{smallest:.2f}",
             ONCE: _yes(own["once"].all()),
         }
@@ -157,10 +159,7 @@ def use_when(row: dict[str, Any], name: str) -> str:
     once, equal = row[ONCE] == "yes", row[EQUAL] == "yes"
     full = float(row[SMALLEST]) == 1.0
     if once and equal:
-        text = "exact evaluation with per-batch collectives (no hang, no repeats)"
-        if row[EMPTY] == "yes":
-            text += "; skip empty batches"
-        return text
+        return "exact evaluation with per-batch collectives (no hang, no repeats)"
     if once:
         return "exact evaluation gathered once at the end (no per-batch collectives)"
     if not equal:
@@ -214,8 +213,9 @@ def describe(frame: pd.DataFrame, summary: pd.DataFrame, identical: dict[str, in
     both = summary[(summary[ONCE] == "yes") & (summary[EQUAL] == "yes")]["sampler"].tolist()
     once = summary[summary[ONCE] == "yes"]["sampler"].tolist()
     unequal = frame[~frame["equal"]]
-    empty = frame[frame["empty"]]
-    explained = (empty["batch size"] == 1) | (empty["dataset size"] < empty["world size"])
+    batched_once = frame[(frame["sampler"] == BATCHED_UNEVEN) & ~frame["equal"]]
+    batch_one = int((batched_once["batch size"] == 1).sum())
+    below = int((batched_once["dataset size"] < batched_once["world size"]).sum())
     drop_ins = "; ".join(
         f"{ours}: {identical[ours]} of {configurations} identical to {stock}"
         for ours, stock in DROP_INS
@@ -228,12 +228,12 @@ def describe(frame: pd.DataFrame, summary: pd.DataFrame, identical: dict[str, in
         f"{', '.join(sorted(unequal['sampler'].unique()))}. The stock padding repeated up "
         f"to {by_name.loc[STOCK_PAD, REPEATED]} samples and drop_last dropped up to "
         f"{by_name.loc[STOCK_DROP, DROPPED]}. Drop-in: {drop_ins}. "
-        f"Empty batches occurred in {len(empty)} configurations, all with "
-        f"{', '.join(sorted(empty['sampler'].unique())) or 'none'}; in {int(explained.sum())} "
-        "of them the batch size was 1 or there were fewer samples than ranks, so the last "
-        "step had fewer samples than ranks. A loop must skip an empty batch (the "
-        "DataLoader's default collate cannot stack one; the grid was read with "
-        "collate_fn=list)."
+        f"{BATCHED_UNEVEN} gave ranks unequal batch counts in {len(batched_once)} "
+        f"configurations: {batch_one} with batch size 1 (every sample exactly once wins "
+        "there: some ranks take one batch fewer), and "
+        f"{len(batched_once) - batch_one} with batch size 2 or more, of which {below} had "
+        f"fewer samples than ranks. Empty batches handed out, by any sampler: "
+        f"{int(frame['empty'].sum())}."
     )
 
 
