@@ -11,13 +11,25 @@ from pathlib import Path
 
 import pytest
 
+import samplers.batch_sampler
+import samplers.feistel
 import samplers.plan
 import samplers.sampler
+import samplers.wrapper
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.parametrize("module", [samplers.plan, samplers.sampler], ids=lambda m: m.__name__)
+DOCUMENTED = [
+    samplers.plan,
+    samplers.sampler,
+    samplers.batch_sampler,
+    samplers.wrapper,
+    samplers.feistel,
+]
+
+
+@pytest.mark.parametrize("module", DOCUMENTED, ids=lambda m: m.__name__)
 def test_docstring_examples(module) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
