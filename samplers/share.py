@@ -51,6 +51,8 @@ class ShareIterator(Iterator[int]):
         self._plan = plan if self._share is None else plan.without_order()
         self._end = taken  # slot where the current chunk ends
         self._current: Iterator[int] = iter(())
+        #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
+        self.started = False
 
     @property
     def plan(self) -> EpochPlan:
@@ -70,6 +72,7 @@ class ShareIterator(Iterator[int]):
             return next(self._current)
         except StopIteration:
             pass
+        self.started = True  # the first call always gets here: the first chunk is empty
         if self._end >= self.count:
             raise StopIteration
         start, self._end = self._end, min(self._end + CHUNK, self.count)
@@ -132,6 +135,8 @@ class BatchIterator(Iterator[list[int]]):
         _draw(plan)
         self._end = taken
         self._current: Iterator[list[int]] = iter(())
+        #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
+        self.started = False
 
     @property
     def plan(self) -> EpochPlan:
@@ -151,6 +156,7 @@ class BatchIterator(Iterator[list[int]]):
             return next(self._current)
         except StopIteration:
             pass
+        self.started = True  # the first call always gets here: the first chunk is empty
         if self._end >= self.count:
             raise StopIteration
         start, self._end = self._end, min(self._end + self.STEPS, self.count)
