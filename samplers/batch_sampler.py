@@ -136,8 +136,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         return checks.positive("batch_size", self.batch_size)
 
     def __iter__(self) -> BatchIterator:
-        self._start_epoch(self.shuffle is True)
-        resumed = self._resumed_layout()
+        resumed = self._begin_iteration(self.shuffle is True)
         if resumed is None:
             plan, taken = self.plan(), 0
         else:

@@ -4,7 +4,9 @@ Guarantee: a shuffling sampler never repeats an epoch's order silently. When ``i
 called a second time at the same epoch with no ``set_epoch`` (and no write to ``epoch``)
 in between, it either advances the epoch by one (``auto_epoch=True``) or emits one
 ``UserWarning`` per sampler that says how to fix the loop; the order itself is what the
-stock sampler gives (the same as before), so the default stays a drop-in.
+stock sampler gives (the same as before), so the default stays a drop-in. An iterator
+never asked for an item does not count: a DataLoader with workers calls ``iter()`` twice
+per epoch (see ``Resumable._begin_iteration``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class EpochCounter:
                 "set_epoch: this epoch repeats the previous one's order. Call "
                 "sampler.set_epoch(epoch) before each epoch, or pass auto_epoch=True",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,  # warn -> _begin_iteration -> __iter__ -> caller
             )
         self._last_epoch = self.epoch
         self._epoch_set = False

@@ -54,6 +54,8 @@ class Resumable(EpochCounter):
 
     _iterator: Any = None
     _pending: dict[str, Any] | None = None
+    #: The epoch bookkeeping before the last ``iter()``, and the epoch it left.
+    _undo: tuple[Any, ...] | None = None
 
     # Hooks -------------------------------------------------------------------------
 
@@ -76,6 +78,31 @@ class Resumable(EpochCounter):
         super().set_epoch(epoch)
         if self._pending is not None and self._pending["epoch"] != self.epoch:
             self._pending = None  # another epoch starts afresh
+
+    def _begin_iteration(self, shuffle: bool) -> tuple[Layout, int] | None:
+        """At ``iter()``: the epoch's bookkeeping, then the pending resumed layout.
+
+        An iterator that was never asked for an item did not start the epoch: torch's
+        DataLoader with workers calls ``iter()`` on a batch sampler twice before it
+        fetches, and torchdata's ``StatefulDataLoader`` calls it before restoring. So
+        when the previous iterator has not been advanced and the epoch was not set
+        since, a new ``iter()`` first undoes what the previous one did (the repeated-epoch
+        check, ``auto_epoch``'s step, the resumed state it took up) and replaces it.
+        """
+        previous, undo = self._iterator, self._undo
+        if (
+            previous is not None
+            and undo is not None
+            and not previous.started
+            and not self._epoch_set
+            and self.epoch == undo[-1]
+        ):
+            self._last_epoch, self.epoch, self._epoch_set, self._pending = undo[:-1]
+        before = (self._last_epoch, self.epoch, self._epoch_set, self._pending)
+        self._start_epoch(shuffle)
+        resumed = self._resumed_layout()
+        self._undo = (*before, self.epoch)
+        return resumed
 
     def _resumed_layout(self) -> tuple[Layout, int] | None:
         """At ``iter()``: the pending resumed layout and how far into it, consumed once.
@@ -183,6 +210,7 @@ class Resumable(EpochCounter):
         self.epoch = checked["epoch"]
         self._epoch_set = False
         self._iterator = None
+        self._undo = None
         if checked["taken"] == 0 and checked["start"] == 0:
             self._pending = None
             self._last_epoch = checked["last_epoch"]

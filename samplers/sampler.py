@@ -222,8 +222,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
-        self._start_epoch(self.shuffle is True)
-        resumed = self._resumed_layout()
+        resumed = self._begin_iteration(self.shuffle is True)
         if resumed is None:
             plan, taken = self.plan(), 0
         else:

@@ -58,6 +58,8 @@ class ShareIterator(Iterator[int]):
         self._end = taken  # slot where the current chunk ends
         self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
         self._current: Iterator[int] = iter(())
+        #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
+        self.started = False
 
     @property
     def plan(self) -> EpochPlan:
@@ -77,6 +79,7 @@ class ShareIterator(Iterator[int]):
             return next(self._current)
         except StopIteration:
             pass
+        self.started = True  # the first call always gets here: the first chunk is empty
         if self._end >= self.count:
             self._share = None  # done: the sampler may keep this iterator, not its share
             raise StopIteration
@@ -142,6 +145,8 @@ class BatchIterator(Iterator[list[int]]):
         _draw(plan)
         self._end = taken
         self._current: Iterator[list[int]] = iter(())
+        #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
+        self.started = False
 
     @property
     def plan(self) -> EpochPlan:
@@ -161,6 +166,7 @@ class BatchIterator(Iterator[list[int]]):
             return next(self._current)
         except StopIteration:
             pass
+        self.started = True  # the first call always gets here: the first chunk is empty
         if self._end >= self.count:
             raise StopIteration
         start, self._end = self._end, min(self._end + self.STEPS, self.count)

@@ -144,8 +144,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        self._start_epoch(True)
-        resumed = self._resumed_layout()
+        resumed = self._begin_iteration(True)
         if resumed is None:
             plan, taken = self.plan(), 0
         else:

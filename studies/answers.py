@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from studies.findings import Finding
+from studies.findings import Finding, resume
 from studies.findings.distributed_evaluation import ERROR_COLUMNS
 
 __all__ = ["COLUMNS", "NEEDED", "answers"]
@@ -31,6 +31,7 @@ NEEDED = (
     "equal-batch-counts",
     "batch-of-one",
     "strided-prefix",
+    "resume",
 )
 
 
@@ -90,6 +91,13 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
 
     prefix = _table(findings, "strided-prefix")
     prefixes = int(prefix["= first positions of the order"].sum())
+    resumed = _table(findings, "resume", 1)
+    moved = resumed[resumed["old world size"] != resumed["new world size"]]
+    approach = moved["how the job resumes"]
+    exact = moved[approach == resume.OURS["uneven"]]
+    exact_wrong = int((exact["samples repeated"] + exact["samples never seen"]).max())
+    skipping = moved[approach == resume.SKIP]
+    restarting = moved[approach == resume.RESTART]
 
     rows = [
         (
@@ -135,11 +143,24 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
         ),
         (
             "checkpointing",
-            "Save the epoch, the seed and the samples consumed (steps x batch size x world "
-            "size). There is no resume API yet: neither sampler can start part-way through "
-            "an epoch.",
-            f"{link['strided-prefix']}: after {prefixes} of the {len(prefix)} steps "
-            "measured, the consumed samples were a prefix of the epoch order.",
+            "Our sampler: save `sampler.state_dict()` with the checkpoint (with a DataLoader "
+            "with workers, `state_dict(consumed=steps * batch_size)`; torchdata's "
+            "`StatefulDataLoader` calls it itself) and call `sampler.load_state_dict(state)` "
+            "on every rank of the resumed job, on the same or another world size; "
+            '`tail="uneven"` for every sample exactly once.',
+            f'{link["resume"]}: resumed on another world size, ours with tail "uneven" '
+            + (
+                f"repeated and lost no sample in any of {len(exact)} configurations; "
+                if exact_wrong == 0
+                else f"repeated or lost up to {exact_wrong} samples in {len(exact)} "
+                "configurations; "
+            )
+            + "skipping what each rank had yielded (the StatefulDataLoader's way for a sampler "
+            f"without state) left up to {int(skipping['samples never seen'].max())} samples "
+            "never seen, restarting the epoch repeated up to "
+            f"{int(restarting['samples repeated'].max())}; {link['strided-prefix']}: after "
+            f"{prefixes} of the {len(prefix)} steps measured, the consumed samples were a "
+            "prefix of the epoch order.",
         ),
     ]
     return pd.DataFrame(rows, columns=list(COLUMNS))

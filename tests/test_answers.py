@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 
-from samplers import DistributedSampler
+from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 from studies.answers import COLUMNS, NEEDED, answers
-from studies.findings import build, is_slow, modules
+from studies.findings import build, is_slow, modules, resume
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +43,27 @@ def test_answers_carry_the_findings_numbers(built: dict) -> None:
     assert f"{later} of {later} later epochs" in rows.loc["training", "because"]
 
 
-def test_checkpoint_advice_names_no_missing_api(built: dict) -> None:
-    advice = answers(built).set_index("if you are doing").loc["checkpointing", "use"]
-    assert "no resume API yet" in advice
-    # The day a resume API exists, the advice must point to it instead.
-    assert not any(
-        hasattr(DistributedSampler, name) for name in ("resume", "set_start", "state_dict")
+def test_checkpoint_advice_names_the_resume_api_that_exists(built: dict) -> None:
+    rows = answers(built).set_index("if you are doing")
+    advice = rows.loc["checkpointing", "use"]
+    prose = built["strided-prefix"].prose
+    for text in (advice, prose):
+        called = set(re.findall(r"`sampler\.(\w+)\(", text))
+        assert {"state_dict", "load_state_dict"} <= called, text
+        for cls in (DistributedSampler, DistributedBatchSampler, DistributedSamplerWrapper):
+            assert all(callable(getattr(cls, name, None)) for name in called), (cls, called)
+        assert "no resume API" not in text
+    assert (
+        "consumed=" in advice
+        and "consumed" in inspect.signature(DistributedSampler.state_dict).parameters
     )
-    assert "no resume API yet" in built["strided-prefix"].prose
+    # The reason quotes the resume finding's measurements.
+    resumed = built["resume"].tables[1].frame
+    moved = resumed[resumed["old world size"] != resumed["new world size"]]
+    skipping = moved[moved["how the job resumes"] == resume.SKIP]
+    because = rows.loc["checkpointing", "because"]
+    assert "](resume.md)" in because
+    assert f"left up to {skipping['samples never seen'].max()} samples never seen" in because
 
 
 def test_answers_name_a_missing_finding(built: dict) -> None:

@@ -7,6 +7,9 @@ import contextlib
 import doctest
 import io
 import re
+import warnings
+from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import samplers.feistel
 import samplers.plan
 import samplers.sampler
 import samplers.wrapper
+from samplers import DistributedBatchSampler, DistributedSampler
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -48,6 +52,50 @@ def test_readme_example_runs() -> None:
     for _, batches in epochs:
         received = [index for batch in ast.literal_eval(batches) for index in batch]
         assert len(received) == 3 and set(received) <= set(range(10))
+
+
+def readme_example(name: str) -> str:
+    """The python block between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
+    text = README.read_text()
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    assert text.count(start) == text.count(end) == 1, name
+    blocks = re.findall(r"```python\n(.*?)```", text.split(start)[1].split(end)[0], re.DOTALL)
+    assert len(blocks) == 1, name
+    return blocks[0]
+
+
+def run_resume_example(name: str) -> Counter[int]:
+    """Run the example; what its 3 resumed ranks print, one line each, as counts."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "'set_vital' is deprecated", UserWarning)
+        exec(compile(readme_example(name), str(README), "exec"), {})
+    lines = [line.split(" ", 1) for line in output.getvalue().splitlines()]
+    assert [rank for rank, _ in lines] == ["0", "1", "2"]
+    return Counter(i for _, batches in lines for batch in ast.literal_eval(batches) for i in batch)
+
+
+def test_readme_resume_example_with_a_dataloader_finishes_the_epoch() -> None:
+    resumed = run_resume_example("resume-dataloader")
+    # What the 4 ranks consumed before the checkpoint: 5 batches of 4 each, epoch 2.
+    seen = Counter(resumed)
+    for rank in range(4):
+        sampler = DistributedSampler(range(100), num_replicas=4, rank=rank, seed=0)
+        sampler.set_epoch(2)
+        seen.update(islice(sampler, 20))
+    assert set(seen) == set(range(100))
+    assert 0 <= sum(seen.values()) - 100 < 3  # the resumed epoch's padding, on 3 ranks
+
+
+def test_readme_resume_example_with_a_stateful_dataloader_sees_each_sample_once() -> None:
+    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
+    resumed = run_resume_example("resume-stateful")
+    seen = Counter(resumed)
+    for rank in range(4):
+        sampler = DistributedBatchSampler(range(100), 4, 4, rank, seed=0, tail="uneven")
+        sampler.set_epoch(2)
+        seen.update(i for batch in islice(sampler, 5) for i in batch)
+    assert seen == Counter(range(100))
 
 
 def test_readme_commands_are_the_ones_ci_runs() -> None:

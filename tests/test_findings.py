@@ -46,6 +46,7 @@ from studies.findings import (
     padding,
     persistent_workers,
     real_processes,
+    resume,
     seed_per_rank,
     set_epoch,
     set_epoch_timing,
@@ -586,6 +587,60 @@ def test_consumed_samples_are_a_prefix_of_the_order() -> None:
 @given(small_cases.filter(lambda case: not case.drop_last))
 def test_prefix_property(case: Case) -> None:
     _prefix_holds(case)
+
+
+# --- resuming mid-epoch -------------------------------------------------------------------
+
+
+def stock_skip_counts(size: int, old: int, steps: int, new: int, batch: int) -> Counter[int]:
+    """Old ranks take steps * batch of their padded strided shares; new ranks skip as many."""
+    order = epoch_order(size, resume.SEED, resume.EPOCH)
+
+    def shares(world: int) -> list[list[int]]:
+        total = -(-size // world) * world
+        padded = (order * (total // size + 1))[:total]
+        return [padded[rank::world] for rank in range(world)]
+
+    taken = steps * batch
+    before = [i for share in shares(old) for i in share[:taken]]
+    after = [i for share in shares(new) for i in share[taken:]]
+    return Counter(before + after)
+
+
+def test_resume_repeats_and_loses_only_what_the_tail_allows() -> None:
+    table = build(resume).tables[1].frame
+    new = table["new world size"]
+    for tail, label in resume.OURS.items():
+        rows = table[table["how the job resumes"] == label]
+        repeated, never = rows["samples repeated"], rows["samples never seen"]
+        if tail == "uneven":
+            assert (repeated == 0).all() and (never == 0).all()
+        elif tail == "pad":
+            assert (repeated < new[rows.index]).all() and (never == 0).all()
+        else:
+            assert (repeated == 0).all() and (never < new[rows.index]).all()
+    skip = table[table["how the job resumes"] == resume.SKIP]
+    changed = skip["old world size"] != skip["new world size"]
+    assert (skip[~changed]["samples never seen"] == 0).all()
+    assert (skip[changed]["samples never seen"] > 0).any()
+    assert (skip[changed]["samples repeated"] >= skip[changed]["new world size"]).any()
+    restart = table[table["how the job resumes"] == resume.RESTART]
+    consumed = restart["steps done"] * resume.BATCH_SIZE * restart["old world size"]
+    assert (restart["samples repeated"] >= consumed).all()
+    # The skipping approach, written out from the documented layout.
+    for _, row in skip.iloc[:: max(len(skip) // 12, 1)].iterrows():
+        counts = stock_skip_counts(
+            row["dataset size"],
+            row["old world size"],
+            row["steps done"],
+            row["new world size"],
+            resume.BATCH_SIZE,
+        )
+        repeated = sum(counts.values()) - len(counts)
+        assert (repeated, row["dataset size"] - len(counts)) == (
+            row["samples repeated"],
+            row["samples never seen"],
+        )
 
 
 # --- distributed evaluation ---------------------------------------------------------------

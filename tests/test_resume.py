@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from strategies import dataset_sizes, seeds
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 from samplers.plan import TAILS
@@ -212,6 +212,50 @@ def test_a_state_of_an_unshuffled_sampler_does_not_load_into_a_shuffled_one() ->
     next(iter(saved))
     with pytest.raises(ValueError, match="'shuffle' is False, this sampler's shuffle is True"):
         DistributedSampler(range(10), 2, 0).load_state_dict(saved.state_dict())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_iterator_never_advanced_does_not_start_the_epoch(kind: str) -> None:
+    """A second iter() before any next() replaces the first: the state and epoch stay."""
+    expected = list(make(kind, 50, 3, 1, "pad"))
+    saved = make(kind, 50, 3, 1, "pad")
+    list(islice(iter(saved), 2))
+    resumed = make(kind, 50, 3, 1, "pad")
+    resumed.load_state_dict(saved.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no repeated-epoch warning either
+        iter(resumed)
+        assert list(iter(resumed)) == expected[2:]
+    if kind == "wrapper":
+        return
+    cls = DistributedSampler if kind == "sampler" else DistributedBatchSampler
+    args = (range(50),) if kind == "sampler" else (range(50), 3)
+    auto = cls(*args, num_replicas=3, rank=1, seed=0, auto_epoch=True)
+    for epoch in range(3):
+        iter(auto)
+        first = next(iter(auto))
+        assert auto.epoch == epoch
+        stepped = cls(*args, num_replicas=3, rank=1, seed=0)
+        stepped.set_epoch(epoch)
+        assert first == next(iter(stepped))
+
+
+def test_a_dataloader_with_workers_resumes_a_batch_sampler_and_steps_its_epochs() -> None:
+    """Regression: its two iter() calls per epoch lost the state and doubled auto_epoch."""
+    expected = list(make("batch", 50, 3, 1, "pad"))
+    saved = make("batch", 50, 3, 1, "pad")
+    list(islice(iter(saved), 2))
+    resumed = make("batch", 50, 3, 1, "pad")
+    resumed.load_state_dict(saved.state_dict())
+    loader = DataLoader(range(50), batch_sampler=resumed, num_workers=2)
+    assert [batch.tolist() for batch in loader] == expected[2:]
+    auto = DistributedBatchSampler(range(50), 3, 3, 1, seed=0, auto_epoch=True)
+    loader = DataLoader(range(50), batch_sampler=auto, num_workers=2)
+    for epoch in range(2):
+        stepped = DistributedBatchSampler(range(50), 3, 3, 1, seed=0)
+        stepped.set_epoch(epoch)
+        assert [batch.tolist() for batch in loader] == list(stepped)
+        assert auto.epoch == epoch
 
 
 class Resuming(RuleBasedStateMachine):

@@ -89,6 +89,7 @@ MODULES: tuple[str, ...] = (
     "zip_collection",
     "wrapped_samplers",
     "tail_policies",
+    "resume",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

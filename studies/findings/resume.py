@@ -1,0 +1,281 @@
+"""Finding: resuming mid-epoch, on the same or another world size, repeats or loses what?"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import pandas as pd
+import torch
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import DistributedSampler
+from samplers.plan import TAILS
+from studies.findings import Evidence, Table
+from studies.findings.observe import joined
+
+NAME = "resume"
+TITLE = "Resuming mid-epoch on another world size: what is repeated and what is never seen"
+CLAIM = (
+    "A job stopped after k steps on W ranks and resumed on W' ranks, over one epoch: the "
+    "stock sampler restarted at the epoch start, the stock sampler with each new rank "
+    "skipping as many indices as an old rank had yielded (what torchdata's "
+    "StatefulDataLoader does for a sampler without state), and our samplers' "
+    "state_dict()/load_state_dict() with each tail policy. Ours sees every sample exactly "
+    'once with tail "uneven", every sample with fewer than W\' repeats with "pad", and none '
+    'twice with fewer than W\' unseen with "drop", on any new world size.'
+)
+GUARDED_BY = "tests/test_findings.py::test_resume_repeats_and_loses_only_what_the_tail_allows"
+
+DATASET_SIZES: tuple[int, ...] = (97, 1000)
+OLD_WORLD_SIZES: tuple[int, ...] = (2, 4, 8)
+NEW_WORLD_SIZES: tuple[int, ...] = (2, 3, 4, 6, 8)
+#: Samples per batch on every rank; a step is one batch on every rank.
+BATCH_SIZE = 4
+SEED = 0
+#: The epoch stopped and resumed (shuffled: ``seed + epoch`` draws its order).
+EPOCH = 1
+
+#: The example job: dataset size, old world size, and the new world sizes it resumes on.
+EXAMPLE = (1000, 4, (3, 6))
+
+RESTART = "stock, restarted at the epoch start"
+SKIP = "stock, each rank skips what it had yielded"
+OURS = {tail: f'ours, state_dict (tail "{tail}")' for tail in TAILS}
+#: The ways to resume, in the tables' order.
+APPROACHES: tuple[str, ...] = (RESTART, SKIP, *OURS.values())
+
+
+def steps_done(dataset_size: int, old_world: int) -> list[int]:
+    """Steps after which the job stops: the first, the middle and the last but one.
+
+    Counted on the shortest share (tail "drop"), so that every tail's epoch is still
+    under way: a state saved after the last step describes the next epoch instead.
+    """
+    shortest = dataset_size // old_world
+    steps = -(-shortest // BATCH_SIZE)
+    return sorted({step for step in (1, steps // 2, steps - 1) if 0 < step < steps})
+
+
+def _stock(dataset_size: int, world: int, rank: int) -> StockSampler:
+    sampler = StockSampler(range(dataset_size), world, rank, seed=SEED)
+    sampler.set_epoch(EPOCH)
+    return sampler
+
+
+def _ours(dataset_size: int, world: int, rank: int, tail: str) -> DistributedSampler:
+    sampler: DistributedSampler = DistributedSampler(
+        range(dataset_size),
+        world,
+        rank,
+        seed=SEED,
+        tail=tail,  # type: ignore[arg-type]
+    )
+    sampler.set_epoch(EPOCH)
+    return sampler
+
+
+def received(
+    approach: str, dataset_size: int, old_world: int, steps: int, new_world: int
+) -> torch.Tensor:
+    """Everything the ranks receive in the epoch, before the stop and after the resume.
+
+    Before the stop every old rank took ``steps * BATCH_SIZE`` indices (or its whole
+    share), in lockstep.
+    """
+    taken = steps * BATCH_SIZE
+    if approach in (RESTART, SKIP):
+        old: list = [_stock(dataset_size, old_world, rank) for rank in range(old_world)]
+    else:
+        tail = next(tail for tail, label in OURS.items() if label == approach)
+        old = [_ours(dataset_size, old_world, rank, tail) for rank in range(old_world)]
+    iterators = [iter(sampler) for sampler in old]
+    parts = [list(islice(iterator, taken)) for iterator in iterators]
+
+    for rank in range(new_world):
+        if approach == RESTART:
+            parts.append(list(_stock(dataset_size, new_world, rank)))
+        elif approach == SKIP:
+            # What a loader that counts yielded indices does: regenerate the epoch on the
+            # new rank and skip as many as an old rank had yielded (all yielded as many).
+            fresh = iter(_stock(dataset_size, new_world, rank))
+            parts.append(list(islice(fresh, len(parts[0]), None)))
+        else:
+            state = old[0].state_dict()
+            sampler = _ours(dataset_size, new_world, rank, state["tail"])
+            sampler.load_state_dict(state)
+            parts.append(list(sampler))
+    return torch.tensor([index for part in parts for index in part], dtype=torch.int64)
+
+
+def outcomes() -> pd.DataFrame:
+    """One row per configuration and way of resuming: samples repeated and never seen."""
+    rows = []
+    for dataset_size in DATASET_SIZES:
+        for old_world in OLD_WORLD_SIZES:
+            for steps in steps_done(dataset_size, old_world):
+                for new_world in NEW_WORLD_SIZES:
+                    for approach in APPROACHES:
+                        indices = received(approach, dataset_size, old_world, steps, new_world)
+                        counts = torch.bincount(indices, minlength=dataset_size)
+                        rows.append(
+                            {
+                                "dataset size": dataset_size,
+                                "old world size": old_world,
+                                "steps done": steps,
+                                "new world size": new_world,
+                                "how the job resumes": approach,
+                                "samples repeated": int((counts - 1).clamp(min=0).sum()),
+                                "samples never seen": int((counts == 0).sum()),
+                            }
+                        )
+    return pd.DataFrame(rows)
+
+
+def by_approach(table: pd.DataFrame) -> pd.DataFrame:
+    """Per way of resuming, on the same and on another world size: how often and how bad."""
+    world = (table["old world size"] == table["new world size"]).map(
+        {True: "same", False: "changed"}
+    )
+    summary = (
+        table.assign(**{"world size": world})
+        .groupby(["how the job resumes", "world size"], sort=False)
+        .agg(
+            configurations=("samples repeated", "size"),
+            **{
+                "with samples repeated": ("samples repeated", lambda s: int((s > 0).sum())),
+                "with samples never seen": ("samples never seen", lambda s: int((s > 0).sum())),
+                "most repeated": ("samples repeated", "max"),
+                "most never seen": ("samples never seen", "max"),
+            },
+        )
+        .reset_index()
+    )
+    return summary
+
+
+def example(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """One job, every way of resuming, on fewer and on more ranks; and its steps done.
+
+    The job stops after the middle one of its measured step counts.
+    """
+    size, old_world, new_worlds = EXAMPLE
+    job = table[(table["dataset size"] == size) & (table["old world size"] == old_world)]
+    measured = sorted(job["steps done"].unique())
+    steps = int(measured[len(measured) // 2])
+    job = job[job["steps done"] == steps]
+    frame = pd.DataFrame({"how the job resumes": list(APPROACHES)})
+    for new_world in new_worlds:
+        rows = job[job["new world size"] == new_world].set_index("how the job resumes")
+        for measure in ("samples repeated", "samples never seen"):
+            column = f"on {new_world} ranks: {measure.removeprefix('samples ')}"
+            frame[column] = [int(rows.loc[approach, measure]) for approach in APPROACHES]
+    return frame, steps
+
+
+def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
+    """Whether each tail's guarantee held in every configuration measured."""
+    new = table["new world size"]
+    repeated, never = table["samples repeated"], table["samples never seen"]
+    holds = {}
+    for tail, label in OURS.items():
+        rows = table["how the job resumes"] == label
+        if tail == "uneven":
+            ok = (repeated[rows] == 0) & (never[rows] == 0)
+        elif tail == "pad":
+            ok = (repeated[rows] < new[rows]) & (never[rows] == 0)
+        else:
+            ok = (repeated[rows] == 0) & (never[rows] < new[rows])
+        holds[tail] = bool(ok.all())
+    return holds
+
+
+def build() -> Evidence:
+    table = outcomes()
+    summary = by_approach(table)
+    one, steps = example(table)
+    size, old_world, (fewer, more) = EXAMPLE
+    changed = table[table["old world size"] != table["new world size"]]
+    same = table[table["old world size"] == table["new world size"]]
+
+    restart = table[table["how the job resumes"] == RESTART]
+    consumed = restart["steps done"] * BATCH_SIZE * restart["old world size"]
+    restart_repeats_all = bool((restart["samples repeated"] >= consumed).all())
+    skip_changed = changed[changed["how the job resumes"] == SKIP]
+    skip_same = same[same["how the job resumes"] == SKIP]
+    skip_lost = int((skip_changed["samples never seen"] > 0).sum())
+    skip_same_exact = bool(
+        (skip_same["samples never seen"] == 0).all()
+        and (skip_same["samples repeated"] < skip_same["new world size"]).all()
+    )
+    holds = _guarantees(table)
+    held = [tail for tail in TAILS if holds[tail]]
+    broken = [tail for tail in TAILS if not holds[tail]]
+    rows = one.set_index("how the job resumes")
+    on_fewer = rows.loc[RESTART, f"on {fewer} ranks: repeated"]
+    on_more = rows.loc[RESTART, f"on {more} ranks: repeated"]
+    restarted = (
+        f"{on_fewer} on either"
+        if on_fewer == on_more
+        else f"{on_fewer} on {fewer} ranks and {on_more} on {more}"
+    )
+    prose = (
+        f"Over {len(table) // len(APPROACHES)} configurations ({joined(DATASET_SIZES)} "
+        f"samples, {joined(OLD_WORLD_SIZES)} ranks before the stop, "
+        f"{joined(NEW_WORLD_SIZES)} after it, batch size {BATCH_SIZE}): restarting the "
+        "stock sampler at the epoch start "
+        + (
+            "repeated at least every sample consumed before the stop, in every configuration"
+            if restart_repeats_all
+            else "did not always repeat every sample consumed before the stop"
+        )
+        + f" (up to {int(restart['samples repeated'].max())} repeats). Skipping on each "
+        "rank what it had yielded is "
+        + (
+            "exact on the same world size (nothing lost; only the epoch's padding, fewer "
+            "than the world size, repeated)"
+            if skip_same_exact
+            else "not exact even on the same world size"
+        )
+        + f", but on another world size it left samples never seen in {skip_lost} of "
+        f"{len(skip_changed)} configurations (up to "
+        f"{int(skip_changed['samples never seen'].max())} samples) and repeated up to "
+        f"{int(skip_changed['samples repeated'].max())}. Resuming from our sampler's state "
+        "(one rank's, loaded on every new rank) held its tail's guarantee in every "
+        f"configuration for tail{'s' if len(held) != 1 else ''} "
+        + joined(f'"{tail}"' for tail in held)
+        + (f", and NOT for {joined(broken)}" if broken else "")
+        + ': "uneven" every sample exactly once, "pad" none lost and fewer repeats than the '
+        'new world size, "drop" none repeated and fewer lost than the new world size. For '
+        f"example, {size} samples stopped after {steps} steps on {old_world} ranks: skipping "
+        f"repeated {rows.loc[SKIP, f'on {fewer} ranks: repeated']} samples when resumed on "
+        f"{fewer} ranks and left {rows.loc[SKIP, f'on {more} ranks: never seen']} never seen "
+        f"when resumed on {more} (the new ranks skip {steps * BATCH_SIZE} samples each, "
+        f"whatever their number), while restarting repeated {restarted}. To checkpoint, save "
+        "`sampler.state_dict()` (with `consumed=` the steps the loop took, times the batch "
+        "size, when a DataLoader with workers fetches ahead) and resume with "
+        "`sampler.load_state_dict(state)` on every new rank."
+    )
+    note = (
+        f"Shuffle on, seed {SEED}, epoch {EPOCH}; a step is a batch of {BATCH_SIZE} on every "
+        "rank, in lockstep. The stock sampler pads (drop_last=False), so an uninterrupted "
+        "epoch already repeats fewer samples than the world size. `samples repeated` counts "
+        "the receptions beyond each sample's first."
+    )
+    return Evidence(
+        prose=prose,
+        tables=(
+            Table(
+                f"One job: {size} samples, stopped after {steps} steps on {old_world} ranks, "
+                f"resumed on {fewer} or on {more}",
+                one,
+                note=note,
+            ),
+            Table(
+                "Every configuration and way of resuming",
+                table,
+                note=note,
+                name="configurations",
+                summary=summary,
+            ),
+        ),
+    )
