@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from studies.findings import Finding, resume
+from studies.findings import Finding, resume, tail_policies, wrapped_samplers, zip_collection
 from studies.findings.distributed_evaluation import ERROR_COLUMNS
 
 __all__ = ["COLUMNS", "NEEDED", "answers"]
@@ -32,6 +32,9 @@ NEEDED = (
     "batch-of-one",
     "strided-prefix",
     "resume",
+    "tail-policies",
+    "zip-and-truncate",
+    "wrapping-samplers",
 )
 
 
@@ -99,24 +102,47 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
     skipping = moved[approach == resume.SKIP]
     restarting = moved[approach == resume.RESTART]
 
+    tails = _table(findings, "tail-policies").set_index("sampler")
+    exact_rows = tails[(tails[tail_policies.ONCE] == "yes") & (tails[tail_policies.EQUAL] == "yes")]
+    exact_names = " and ".join(f"`{name}`" for name in exact_rows.index)
+    full_rows = tails[tails[tail_policies.SMALLEST].astype(float) == 1.0]
+    stock_smallest = float(tails.loc[tail_policies.STOCK_PAD, tail_policies.SMALLEST])
+    zipped = zip_collection.summary(_table(findings, "zip-and-truncate")).set_index("sampler")
+    uneven_zip = zipped.loc['ours, tail="uneven"']
+    unshard_wrong = int(zipped["unshard wrong"].sum())
+    wrapped = _table(findings, "wrapping-samplers")
+    by_pattern = wrapped.groupby("pattern")[wrapped_samplers.NEVER].max()
+    common_unseen = int(by_pattern[wrapped_samplers.COMMON])
+    ours_unseen = int(by_pattern[wrapped_samplers.OURS])
+
     rows = [
         (
             "evaluation",
-            "`shuffle=False`; gather per-sample results (`all_gather_object`), interleave them "
-            "by rank and truncate to the dataset size. Do not sum counts or average rank "
-            "means over padded shards.",
+            'Ours: `DistributedBatchSampler(dataset, batch_size, shuffle=False, tail="uneven")` '
+            '(or `DistributedSampler(..., tail="uneven")` without per-batch collectives) and '
+            "`gather_unsharded(per_sample_results, sampler)`: every sample exactly once, for "
+            "any metric. With the stock sampler: gather per-sample results, interleave them "
+            "by rank and truncate to the dataset size; do not sum counts or average rank means.",
             f"{link['distributed-evaluation']}: summed counts were off by up to {pooled:.1e}; "
-            + ("gathering was exact." if gathered == 0 else f"gathering by {gathered:.1e}."),
+            + ("gathering was exact" if gathered == 0 else f"gathering by {gathered:.1e}")
+            + f"; {link['tail-policies']}: every sample exactly once with equal batch counts "
+            f"only with {exact_names}; {link['zip-and-truncate']}: zipping unequal parts went "
+            f"wrong in {int(uneven_zip['zip and truncate wrong'])} of "
+            f"{int(uneven_zip['configurations'])} configurations, unshard in {unshard_wrong}.",
         ),
         (
             "training",
-            "A DistributedSampler with `shuffle=True`, the same `seed=` on every rank, and "
-            "`sampler.set_epoch(epoch)` before each epoch's loop starts.",
+            "A DistributedSampler with `shuffle=True`, the same `seed=` on every rank (ours: "
+            "`seed=None` agrees one random seed), and `sampler.set_epoch(epoch)` before each "
+            "epoch's loop starts (ours warns when it is missing; `auto_epoch=True` does it). "
+            "For a weighted or custom sampler, ours: `DistributedSamplerWrapper(sampler)`.",
             f"{link['set-epoch']}: without set_epoch {repeated} of {later} later epochs "
             f"repeated epoch 0; {link['manual-seed']}: {len(seeds)} torch.manual_seed values "
             f"gave {ignored} sampler order(s); {link['seed-per-rank']}: seed=rank left up to "
             f"{unseen:.0%} of the samples unseen; {link['set-epoch-timing']}: set_epoch "
-            f"called after iteration began had no effect in {kept} of {len(timing)} cases.",
+            f"called after iteration began had no effect in {kept} of {len(timing)} cases; "
+            f"{link['wrapping-samplers']}: unseeded per-rank streams left up to "
+            f"{common_unseen} samples unseen, the wrapper {ours_unseen}.",
         ),
         (
             "small datasets",
@@ -130,16 +156,22 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
         ),
         (
             "splitting data across ranks",
-            "A DistributedSampler (stock or ours), not Subset chunks or slicing per rank.",
+            "A DistributedSampler (stock or ours) or ours `DistributedBatchSampler`, not "
+            "Subset chunks or slicing per rank.",
             f"{link['equal-batch-counts']}: ranks' batch counts differed in {sampler_unequal} "
             f"of {total} configurations with a DistributedSampler, in {by_hand_unequal} or more "
             "with each hand-made split.",
         ),
         (
             "BatchNorm",
-            "The DataLoader's `drop_last=True` (or a batch size that leaves no rank a last "
-            "batch of one).",
-            f"{link['batch-of-one']}: in train mode a batch of one raised with {failing_inputs}.",
+            'Ours: `DistributedBatchSampler(..., tail="pad")` or `tail="drop"` (every batch '
+            "full); with the stock sampler, the DataLoader's `drop_last=True` (or a batch "
+            "size that leaves no rank a last batch of one).",
+            f"{link['batch-of-one']}: in train mode a batch of one raised with {failing_inputs}; "
+            f"{link['tail-policies']}: every batch was full with "
+            + " and ".join(f"`{name}`" for name in full_rows.index)
+            + f", while the stock sampler's smallest batch was {stock_smallest:.2f} of the "
+            "batch size.",
         ),
         (
             "checkpointing",

@@ -70,3 +70,24 @@ def test_answers_name_a_missing_finding(built: dict) -> None:
     partial = {name: finding for name, finding in built.items() if name != "set-epoch"}
     with pytest.raises(KeyError, match="the answers need the finding 'set-epoch'"):
         answers(partial)
+
+
+def test_every_api_the_answers_name_exists(built: dict) -> None:
+    import inspect
+    import re
+
+    import samplers
+
+    text = " ".join(answers(built)["use"])
+    called = set(re.findall(r"`([A-Za-z_]+)\(", text))
+    ours = called - {"sampler", "DistributedSampler"}
+    assert {"DistributedBatchSampler", "gather_unsharded", "DistributedSamplerWrapper"} <= ours
+    for name in ours:
+        assert hasattr(samplers, name), name
+    keywords = set(re.findall(r"`?([a-z_]+)=", text))
+    options = {
+        parameter
+        for cls in (samplers.DistributedSampler, samplers.DistributedBatchSampler)
+        for parameter in inspect.signature(cls).parameters
+    } | {"drop_last", "shuffle", "seed", "consumed"}
+    assert keywords <= options, keywords - options
