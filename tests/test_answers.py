@@ -80,10 +80,12 @@ def test_every_api_the_answers_name_exists(built: dict) -> None:
 
     text = " ".join(answers(built)["use"])
     called = set(re.findall(r"`([A-Za-z_]+)\(", text))
-    ours = called - {"sampler", "DistributedSampler"}
-    assert {"DistributedBatchSampler", "gather_unsharded", "DistributedSamplerWrapper"} <= ours
-    for name in ours:
+    methods = set(re.findall(r"`sampler\.([a-z_]+)\(", text))
+    assert {"DistributedBatchSampler", "gather_unsharded", "DistributedSamplerWrapper"} <= called
+    for name in called - {"sampler"}:
         assert hasattr(samplers, name), name
+    for name in methods:
+        assert hasattr(samplers.DistributedSampler, name), name
     keywords = set(re.findall(r"`?([a-z_]+)=", text))
     options = {
         parameter
