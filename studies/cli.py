@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
+from studies.bench import cli as bench
 from studies.cases import IMPLEMENTATIONS, Case
 from studies.simulate import case_rows, frame
 from studies.summary import SUMMARY_COLUMNS, summarize
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", type=Path, default=Path("reports"), help="directory (default ./reports)"
     )
     report.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_parser(commands)
     return parser
 
 
@@ -100,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "explain":
             return _explain(args.command_parser, args)
+        if args.command == "bench":
+            return bench.run(args)
         return _report(args)
     except SystemExit as exit_:
         code = exit_.code
