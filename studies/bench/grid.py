@@ -136,13 +136,15 @@ def run_grid(
     *,
     available: int | None = None,
     progress: Callable[[Sequence[Probe]], Iterable[Probe]] | None = None,
-    measure_one: Callable[[Probe, float], dict[str, Any]] = measure,
+    measure_one: Callable[[Probe, float], dict[str, Any]] | None = None,
 ) -> pd.DataFrame:
     """Measure ``grid``; one row per cell and quantity (:data:`COLUMNS`).
 
     ``available`` is the memory budget in bytes (default: psutil's available memory now).
-    ``progress`` wraps the list of probes to run (e.g. a progress bar).
+    ``progress`` wraps the list of probes to run (e.g. a progress bar). ``measure_one``
+    replaces :func:`studies.bench.probe.measure` (same signature and result).
     """
+    measure_one = measure_one or measure
     if available is None:
         import psutil
 
@@ -151,9 +153,7 @@ def run_grid(
     results: dict[Probe, list[dict[str, Any]]] = {cell: [] for cell in cells}
     skipped = {cell: skip_reason(cell.variant, cell.dataset_size, available) for cell in cells}
     final: dict[Probe, str] = {}
-    todo = [
-        cell for _ in range(grid.repeats) for cell in cells if skipped[cell] is None
-    ]
+    todo = [cell for _ in range(grid.repeats) for cell in cells if skipped[cell] is None]
     for cell in progress(todo) if progress else todo:
         if cell in final:
             continue

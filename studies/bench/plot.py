@@ -9,6 +9,8 @@ size depends only on the number of world sizes (:func:`figure_size`).
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -53,6 +55,7 @@ def draw(figure: Figure, frame: pd.DataFrame) -> None:
                 mine = cell[cell["variant"] == variant.name].set_index("dataset size")
                 values = [_median(mine, size, scale) for size in sizes]
                 colour, marker, dash, size = STYLES[variant.name]
+                measured = not all(math.isnan(value) for value in values)
                 panel.plot(
                     sizes,
                     values,
@@ -62,7 +65,7 @@ def draw(figure: Figure, frame: pd.DataFrame) -> None:
                     markersize=size,
                     markerfacecolor="none" if variant.name == "stock" else colour,
                     linewidth=1.4,
-                    label=variant.name,
+                    label=variant.name if measured else f"{variant.name} (not measured)",
                 )
             panel.set_xscale("log")
             panel.set_yscale("log")

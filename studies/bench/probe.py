@@ -8,15 +8,20 @@ process that crashes or times out is ``"failed: <reason>"``.
 
 How the child measures (:func:`run`):
 
-1. Imports torch, psutil and the variants, then runs the garbage collector. Its
-   *baseline* is its resident set now (``psutil.Process().memory_info().rss``).
+1. Imports torch, psutil and the variants, and warms up: builds the variant over
+   :data:`WARM_UP_SIZE` samples and iterates it once, so that one-off initialisation
+   (torch's thread pool, allocator arenas, lazy imports) is in neither the times nor
+   the memory, as it is in no epoch after a job's first. Then runs the garbage
+   collector. Its *baseline* is its resident set now (``psutil.Process().memory_info()``).
 2. Builds the variant for the last rank (not timed), wrapped in a
    ``torch.utils.data.DataLoader`` for the DataLoader measurements.
 3. Times ``iter()`` to the first ``next()`` (*first index* or *first batch*), then, for
    a sampler, the rest of the rank's epoch (*epoch* counts from ``iter()`` too).
 4. *Peak RSS above baseline* is the kernel's high-water mark of the resident set,
    ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, read after the epoch, minus the
-   baseline.
+   baseline, and 0 where that is negative: the kernel keeps both counts approximately
+   (per-CPU counters), so two readings of an unchanged resident set can differ by a few
+   hundred KB, and differences that small say nothing.
 
 Why ``ru_maxrss`` rather than a thread sampling ``psutil``: the kernel updates it on
 every page fault, so it catches peaks that last microseconds (the stock sampler's
@@ -43,10 +48,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASELINE_SLACK", "Probe", "measure", "run"]
+__all__ = ["BASELINE_SLACK", "WARM_UP_SIZE", "Probe", "measure", "run"]
 
 #: How far the high-water mark may exceed the baseline RSS before building the variant.
 BASELINE_SLACK = 4 * 2**20
+
+#: Samples of the warm-up pass run before the baseline (one-off initialisation).
+WARM_UP_SIZE = 1000
 
 #: A process that starts one child, passes its exit status on, and imports nothing.
 _LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
@@ -124,21 +132,22 @@ def run(probe: Probe) -> dict[str, Any]:
 
     from studies.bench.variants import variant
 
+    build = variant(probe.variant).build
     dataset = range(probe.dataset_size)
-    gc.collect()
-    baseline = psutil.Process().memory_info().rss
-    slack = _high_water_mark(resource) - baseline
+    try:
+        for _ in build(range(WARM_UP_SIZE), probe.world_size, probe.rank, probe.seed):
+            pass
+        gc.collect()
+        baseline = psutil.Process().memory_info().rss
+        slack = _high_water_mark(resource) - baseline
+        measured = build(dataset, probe.world_size, probe.rank, probe.seed)
+    except Exception as error:  # any failure to build is the variant's, reported as such
+        return {"status": f"unavailable: {type(error).__name__}: {error}"}
     if slack > BASELINE_SLACK:
         return {
             "status": f"failed: the high-water mark exceeds the baseline RSS by "
             f"{slack / 2**20:.1f} MiB before measuring, so it could hide the peak"
         }
-    try:
-        measured = variant(probe.variant).build(
-            dataset, probe.world_size, probe.rank, probe.seed
-        )
-    except Exception as error:  # any failure to build is the variant's, reported as such
-        return {"status": f"unavailable: {type(error).__name__}: {error}"}
     if probe.num_workers is not None:
         measured = DataLoader(
             dataset,  # type: ignore[arg-type]
@@ -161,7 +170,7 @@ def run(probe: Probe) -> dict[str, Any]:
         "status": "ok",
         "first_s": first_s,
         "epoch_s": epoch_s,
-        "peak_bytes": _high_water_mark(resource) - baseline,
+        "peak_bytes": max(0, _high_water_mark(resource) - baseline),
         "baseline_bytes": baseline,
         "yielded": yielded,
     }

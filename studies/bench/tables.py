@@ -21,7 +21,9 @@ from studies.bench.variants import FLOOR, REFERENCE, VARIANTS
 
 __all__ = [
     "RATIO_COLUMNS",
+    "SHOWN_RATIOS",
     "constant_statuses",
+    "formatted",
     "ratio_view",
     "render_text",
     "to_csv_text",
@@ -32,6 +34,11 @@ __all__ = [
 
 #: The ratio columns :func:`with_ratios` adds: to the stock sampler and to the floor.
 RATIO_COLUMNS = {"/ stock": REFERENCE, "/ floor": FLOOR}
+#: The ratios the views show, per divisor (the others are reciprocals or 1).
+SHOWN_RATIOS = {
+    "/ stock": ("ours", "feistel"),
+    "/ floor": ("stock", "ours", "randperm int32", "feistel"),
+}
 
 _CELL = ["quantity", "dataset size", "world size", "num_workers"]
 #: Display units: seconds as milliseconds, bytes as MB (10**6 bytes).
@@ -80,9 +87,7 @@ def value_view(frame: pd.DataFrame, quantity: str, *, drop: tuple[str, ...] = ()
     unit = str(rows["unit"].iloc[0])
     scale, label = _SCALE[unit]
     index = _index(quantity)
-    cells = {
-        (*_key(row, index), row["variant"]): _cell(row, scale) for _, row in rows.iterrows()
-    }
+    cells = {(*_key(row, index), row["variant"]): _cell(row, scale) for _, row in rows.iterrows()}
     keys = list(dict.fromkeys(_key(row, index) for _, row in rows.iterrows()))
     names = [v.name for v in VARIANTS if v.name not in drop]
     data = [
@@ -95,7 +100,7 @@ def value_view(frame: pd.DataFrame, quantity: str, *, drop: tuple[str, ...] = ()
 def ratio_view(frame: pd.DataFrame, quantity: str, *, drop: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per cell; ``<variant> / stock`` and ``<variant> / floor`` ratio columns.
 
-    Left out: a variant divided by itself, variants in ``drop``, and columns with no ratio.
+    Shown: :data:`SHOWN_RATIOS`, less variants in ``drop`` and columns with no ratio.
     """
     rows = with_ratios(frame)
     rows = rows[rows["quantity"] == quantity]
@@ -108,9 +113,9 @@ def ratio_view(frame: pd.DataFrame, quantity: str, *, drop: tuple[str, ...] = ()
     }
     columns = [
         (name, column)
-        for column, divisor in RATIO_COLUMNS.items()
-        for name in (v.name for v in VARIANTS)
-        if name != divisor and name not in drop
+        for column, names in SHOWN_RATIOS.items()
+        for name in names
+        if name not in drop
     ]
     data = [
         {
@@ -138,7 +143,7 @@ def render_text(frame: pd.DataFrame, header: str) -> str:
         values = value_view(frame, quantity, drop=drop)
         ratios = ratio_view(frame, quantity, drop=drop)
         parts.append(f"{title}: median (min..max)\n" + _tabulate(values))
-        parts.append(f"{title}: ratios of medians\n" + _tabulate(ratios, floatfmt=".2f"))
+        parts.append(f"{title}: ratios of medians\n" + _tabulate(ratios))
     return "\n\n".join(parts) + "\n"
 
 
@@ -207,13 +212,23 @@ def _number(value: float) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _tabulate(view: pd.DataFrame, floatfmt: str = "g") -> str:
-    return str(
-        tabulate(
-            view.to_dict("records"),
-            headers="keys",
-            floatfmt=floatfmt,
-            disable_numparse=True,
-            missingval="-",
-        )
+def formatted(view: pd.DataFrame) -> pd.DataFrame:
+    """A view with every cell as printed text (ratios with two decimals, ``-`` for none)."""
+    return pd.DataFrame(
+        [
+            {column: _text(value) for column, value in record.items()}
+            for record in view.to_dict("records")
+        ],
+        columns=view.columns,
     )
+
+
+def _tabulate(view: pd.DataFrame) -> str:
+    return str(tabulate(formatted(view), headers="keys", showindex=False, disable_numparse=True))
+
+
+def _text(value: Any) -> str:
+    """A cell as printed: ratios with two decimals, ``-`` where there is none."""
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:.2f}"
+    return str(value)

@@ -75,6 +75,7 @@ MODULES: tuple[str, ...] = (
     "cost",
     "real_processes",
     "collective_evaluation",
+    "speed",
 )
 
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
