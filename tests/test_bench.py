@@ -66,6 +66,16 @@ def fake_measure(probe: Probe, timeout: float) -> dict[str, Any]:
     }
 
 
+def recording(calls: list[Probe]) -> Any:
+    """:func:`fake_measure` that also appends each probe it is given to ``calls``."""
+
+    def counting(probe: Probe, timeout: float) -> dict[str, Any]:
+        calls.append(probe)
+        return fake_measure(probe, timeout)
+
+    return counting
+
+
 def fake_frame(sizes: tuple[int, ...] = (10**3, 10**4), worlds: tuple[int, ...] = (1, 8)) -> Any:
     grid = Grid(sizes=sizes, world_sizes=worlds, repeats=2, num_workers=(0, 2))
     return run_grid(grid, available=10**12, measure_one=fake_measure)
@@ -268,11 +278,7 @@ def test_a_variant_that_cannot_be_built_is_reported_unavailable(
 
 def test_an_unavailable_variant_is_measured_once_per_cell() -> None:
     calls: list[Probe] = []
-
-    def counting(probe: Probe, timeout: float) -> dict[str, Any]:
-        calls.append(probe)
-        return fake_measure(probe, timeout)
-
+    counting = recording(calls)
     grid = Grid(sizes=(1000,), world_sizes=(2,), repeats=3, num_workers=(0,))
     run_grid(grid, available=10**12, measure_one=counting)
     counts = {name: sum(call.variant == name for call in calls) for name in NAMES}
@@ -286,11 +292,7 @@ def test_variants_that_cannot_fit_are_skipped_and_never_attempted() -> None:
     assert skip_reason("feistel", 10**9, 10**9) is None
 
     calls: list[Probe] = []
-
-    def counting(probe: Probe, timeout: float) -> dict[str, Any]:
-        calls.append(probe)
-        return fake_measure(probe, timeout)
-
+    counting = recording(calls)
     grid = Grid(sizes=(1000, 10**9), world_sizes=(8,), repeats=1, num_workers=(0,))
     frame = run_grid(grid, available=25 * 10**9, measure_one=counting)
     assert not any(call.variant == "stock" and call.dataset_size == 10**9 for call in calls)

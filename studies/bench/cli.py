@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studies.bench.grid import Grid
 
 __all__ = ["DEFAULT_SIZES", "LARGE_SIZES", "add_parser", "output_paths", "run", "settings"]
 
@@ -142,13 +145,18 @@ def run(args: argparse.Namespace) -> int:
         args.output.mkdir(parents=True, exist_ok=True)
         picture = render_png(lambda figure: draw(figure, frame), figure_size(len(grid.world_sizes)))
         for path, content in ((table_path, text.encode()), (picture_path, picture)):
-            with path.open("xb") as file:  # never replaces a file
-                file.write(content)
+            try:
+                with path.open("xb") as file:  # never replaces a file
+                    file.write(content)
+            except FileExistsError:
+                print(f"dsampler bench: error: --output: {path} appeared while measuring; "
+                      "it was not replaced", file=sys.stderr)  # fmt: skip
+                return 1
             print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
-def header(grid: Any, facts: dict[str, str]) -> str:
+def header(grid: Grid, facts: dict[str, str]) -> str:
     """The lines above the tables: the machine, and what each number is."""
     machine = ", ".join(f"{name} {value}" for name, value in facts.items())
     return (
