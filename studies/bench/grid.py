@@ -166,7 +166,10 @@ def run_grid(
         quantities = SAMPLER_QUANTITIES if cell.num_workers is None else (LOADER_QUANTITY,)
         for quantity in quantities:
             rows.append(_row(cell, quantity, results[cell], skipped[cell] or final.get(cell)))
-    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    # Object columns keep each value as measured: seconds as floats, bytes as ints.
+    frame = pd.DataFrame(rows, columns=list(COLUMNS), dtype=object)
+    for column in ("dataset size", "world size", "repeats"):
+        frame[column] = frame[column].astype("int64")
     frame["num_workers"] = frame["num_workers"].astype("Int64")
     return frame
 
