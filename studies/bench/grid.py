@@ -5,9 +5,9 @@ in a fresh process (:func:`studies.bench.probe.measure`), visiting the variants 
 within each repeat so that a change in the machine's load falls on all of them alike.
 It returns one row per cell and quantity with the median and the spread (min..max) of
 what was measured, or a status saying why nothing was: ``"unavailable: <error>"`` (the
-variant cannot be built; not retried), ``"skipped: needs ~X GB, Y GB available"`` (its
-estimated peak does not fit the memory available when the run started; never
-attempted) or ``"failed: <reason>"``.
+variant cannot be built; not retried), ``"skipped: needs ~X GB, over 4/5 of the Y GB
+available"`` (its estimated peak, from the dataset size alone, does not fit in 4/5 of the
+memory available when the run started; never attempted) or ``"failed: <reason>"``.
 """
 
 from __future__ import annotations
@@ -115,7 +115,10 @@ def skip_reason(variant: str, dataset_size: int, available: int) -> str | None:
     share, whole = MEMORY_HEADROOM
     if needed * whole <= available * share:
         return None
-    return f"skipped: needs ~{gigabytes(needed)} GB, {gigabytes(available)} GB available"
+    return (
+        f"skipped: needs ~{gigabytes(needed)} GB, over {share}/{whole} of the "
+        f"{gigabytes(available)} GB available"
+    )
 
 
 def machine_facts() -> dict[str, str]:

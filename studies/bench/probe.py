@@ -3,8 +3,8 @@
 Guarantee: :func:`measure` runs exactly one :class:`Probe` in a new Python process
 (``sys.executable``) that has imported only what the measurement needs, and returns what
 that process measured, or a status saying why nothing was measured. It never raises for
-a variant that fails: a variant that cannot be built is ``"unavailable: <error>"``, a
-process that crashes or times out is ``"failed: <reason>"``.
+a variant that fails: a variant that cannot be built (or fails its warm-up pass) is
+``"unavailable: <error>"``, a process that crashes or times out is ``"failed: <reason>"``.
 
 How the child measures (:func:`run`):
 
@@ -23,8 +23,8 @@ How the child measures (:func:`run`):
    (per-CPU counters), so two readings of an unchanged resident set can differ by a few
    hundred KB, and differences that small say nothing.
 
-Why ``ru_maxrss`` rather than a thread sampling ``psutil``: the kernel updates it on
-every page fault, so it catches peaks that last microseconds (the stock sampler's
+Why ``ru_maxrss`` rather than a thread sampling ``psutil``: the kernel keeps it up to date
+before releasing any memory, so it catches peaks however short (the stock sampler's
 ``tolist()`` holds the GIL for its whole conversion, so a sampling thread could not run
 during it), and it costs nothing while the timed code runs, where a sampling thread
 competes for the GIL and for the cores. Its catch: it is a high-water mark for the
@@ -86,7 +86,7 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
     """Run ``probe`` in a fresh interpreter; its measurements, or a status saying why not.
 
     The result always has ``"status"``: ``"ok"`` (then also ``first_s``, and for a
-    sampler ``epoch_s``, ``peak_bytes``, ``baseline_bytes`` and ``yielded``),
+    sampler ``epoch_s``, ``peak_bytes`` and ``baseline_bytes``),
     ``"unavailable: <error>"`` or ``"failed: <reason>"``. After ``timeout`` seconds the
     launcher and the child are killed (they run in their own session).
     """
@@ -157,14 +157,13 @@ def run(probe: Probe) -> dict[str, Any]:
         )
     start = time.perf_counter()
     iterator = iter(measured)
-    first = next(iterator, None)
+    next(iterator, None)
     first_s = time.perf_counter() - start
     if probe.num_workers is not None:
         del iterator  # shuts the workers down
         return {"status": "ok", "first_s": first_s}
-    yielded = 0 if first is None else 1
     for _ in iterator:
-        yielded += 1
+        pass
     epoch_s = time.perf_counter() - start
     return {
         "status": "ok",
@@ -172,7 +171,6 @@ def run(probe: Probe) -> dict[str, Any]:
         "epoch_s": epoch_s,
         "peak_bytes": max(0, _high_water_mark(resource) - baseline),
         "baseline_bytes": baseline,
-        "yielded": yielded,
     }
 
 

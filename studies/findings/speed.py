@@ -11,8 +11,16 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from studies.bench.grid import LOADER_QUANTITY, SAMPLER_QUANTITIES, Grid, machine_facts, run_grid
+from studies.bench.grid import (
+    LOADER_QUANTITY,
+    MEMORY_HEADROOM,
+    SAMPLER_QUANTITIES,
+    Grid,
+    machine_facts,
+    run_grid,
+)
 from studies.bench.plot import draw, figure_size
+from studies.bench.probe import WARM_UP_SIZE
 from studies.bench.tables import constant_statuses, formatted, ratio_view, value_view
 from studies.bench.variants import FLOOR, REFERENCE
 from studies.findings import Evidence, Picture, Table
@@ -119,6 +127,13 @@ def _prose(frame: pd.DataFrame, facts: dict[str, str], dropped: dict[str, str]) 
             return f"not measured ({found['status']})"
         return f"{int(found['median']) / 10**6:,.0f} MB"
 
+    def spread(quantity: str, variant: str) -> str:
+        found = row(quantity, variant)
+        if found["status"] != "ok":
+            return f"nothing ({found['status']})"
+        low, high = float(found["min"]) * 1e3, float(found["max"]) * 1e3
+        return f"from {low:,.0f} to {high:,.0f} ms"
+
     def ratio(quantity: str, variant: str, divisor: str) -> str:
         value, by = row(quantity, variant), row(quantity, divisor)
         if value["status"] != "ok" or by["status"] != "ok" or float(by["median"]) <= 0:
@@ -133,8 +148,10 @@ def _prose(frame: pd.DataFrame, facts: dict[str, str], dropped: dict[str, str]) 
         f"{ms(first, REFERENCE)} for the stock sampler, {ms(first, 'ours')} for ours and "
         f"{ms(first, FLOOR)} for bare int64 `torch.randperm` (the floor), so ours takes "
         f"{ratio(first, 'ours', FLOOR)} x the floor and the stock sampler "
-        f"{ratio(first, REFERENCE, FLOOR)} x. The peak resident memory above the process's "
-        f"baseline is {mb(REFERENCE)} for the stock sampler, {mb('ours')} for ours, "
+        f"{ratio(first, REFERENCE, FLOOR)} x; the floor itself took {spread(first, FLOOR)} "
+        "over its processes, which is how far the machine's load moved the times. The peak "
+        f"resident memory above the process's baseline is {mb(REFERENCE)} for the stock "
+        f"sampler, {mb('ours')} for ours, "
         f"{mb(FLOOR)} for the floor and {mb('randperm int32')} for int32 `randperm` "
         f"(ours / floor {ratio(peak, 'ours', FLOOR)}, stock / floor "
         f"{ratio(peak, REFERENCE, FLOOR)}). Iterating the rank's whole epoch takes ours "
@@ -147,13 +164,15 @@ def _prose(frame: pd.DataFrame, facts: dict[str, str], dropped: dict[str, str]) 
     )
     for name, status in dropped.items():
         text += f" The {name} variant was not measured anywhere: {status}."
+    share, whole = MEMORY_HEADROOM
     method = (
         "How: each cell is measured in a fresh interpreter that imports torch, warms up on "
-        "1,000 samples and takes its baseline resident set (psutil); the time to the first "
-        "index runs from `iter()` to the first `next()`, the epoch time to the last index, "
-        "and the peak is the kernel's high-water mark (`ru_maxrss`) minus the baseline. "
-        "Variants whose estimated peak would not fit the available memory are skipped, "
-        "never attempted. `dsampler bench` runs the same measurement on any machine, with "
-        "10**8 and 10**9 samples behind `--large`."
+        f"{WARM_UP_SIZE:,} samples and takes its baseline resident set (psutil); the time "
+        "to the first index runs from `iter()` to the first `next()`, the epoch time to "
+        "the last index, and the peak is the kernel's high-water mark (`ru_maxrss`) minus "
+        "the baseline. A variant whose peak, estimated from the dataset size, would take "
+        f"more than {share}/{whole} of the available memory is skipped, never attempted. "
+        "`dsampler bench` runs the same measurement on any machine, with 10**8 and 10**9 "
+        "samples behind `--large`."
     )
     return f"{text}\n\n{method}"
