@@ -111,6 +111,8 @@ def test_defaults_and_large() -> None:
         (["--sizes", "0"], "--sizes must all be at least 1, got 0"),
         (["--sizes", "1.5e3"], "argument --sizes: invalid size '1.5e3'"),
         (["--sizes", "ten"], "argument --sizes: invalid size 'ten'"),
+        (["--sizes", "1e-3"], "argument --sizes: invalid size '1e-3'"),
+        (["--sizes", "2**63"], "--sizes must all be at most 2**63 - 1, got 9223372036854775808"),
         (["--sizes", "10", "10"], "--sizes must not repeat a value, got [10, 10]"),
         (["--world-sizes", "8", "0"], "--world-sizes must all be at least 1, got 0"),
         (["--world-sizes", "2", "2"], "--world-sizes must not repeat a value, got [2, 2]"),

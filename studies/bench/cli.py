@@ -23,6 +23,8 @@ DEFAULT_SIZES = (10**5, 10**6, 10**7)
 #: What ``--large`` adds.
 LARGE_SIZES = (10**8, 10**9)
 DEFAULT_WORLD_SIZES = (1, 8, 64)
+#: The largest dataset size torch can index (int64).
+MAX_SIZE = 2**63 - 1
 DEFAULT_REPEATS = 3
 DEFAULT_NUM_WORKERS = (0, 2)
 FORMATS = ("table", "csv", "json")
@@ -88,6 +90,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     sizes = list(args.sizes) + (list(LARGE_SIZES) if args.large else [])
     _distinct("--sizes", args.sizes)
     _at_least("--sizes", args.sizes, 1)
+    if max(args.sizes) > MAX_SIZE:
+        raise ValueError(f"--sizes must all be at most 2**63 - 1, got {max(args.sizes)}")
     _at_least("--world-sizes", args.world_sizes, 1)
     _distinct("--world-sizes", args.world_sizes)
     _at_least("--num-workers", args.num_workers, 0)
@@ -175,9 +179,11 @@ def _size(text: str) -> int:
     if not power:
         base, power, exponent = text.lower().partition("e")
     try:
-        if power:
-            return int(base) * 10 ** int(exponent) if power == "e" else int(base) ** int(exponent)
-        return int(text)
+        if not power:
+            return int(text)
+        if not 0 <= int(exponent) <= 64:  # a size, not a number to spend minutes on
+            raise ValueError(exponent)
+        return int(base) * 10 ** int(exponent) if power == "e" else int(base) ** int(exponent)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"invalid size {text!r}: give an integer such as 1000000, 10**6 or 1e6"

@@ -59,7 +59,7 @@ def with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ratio(value: Any, divisor: Any) -> float:
-    if value is None or divisor is None or _missing(value) or _missing(divisor) or divisor <= 0:
+    if _missing(value) or _missing(divisor) or divisor <= 0:
         return math.nan
     return float(value) / float(divisor)
 
