@@ -90,6 +90,7 @@ MODULES: tuple[str, ...] = (
     "wrapped_samplers",
     "tail_policies",
     "resume",
+    "speed",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

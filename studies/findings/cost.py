@@ -177,8 +177,8 @@ def build() -> Evidence:
         "the garbage collector paused) and storage bytes of torch operator outputs (summed "
         "over the pass; frees are not tracked, so these are totals, not peaks). What is not: "
         "wall-clock time, resident memory, kernel scratch space and allocator overhead. "
-        "Those depend on the machine and the run, so `benchmarks/bench_sampler.py` prints "
-        "them instead of recording them here."
+        "Those depend on the machine and the run: `dsampler bench` measures them, and the "
+        "speed finding records one such run with the machine it ran on."
     )
     return Evidence(
         prose=prose,

@@ -11,7 +11,7 @@ on every run. They count requested sizes, not what the operating system hands ou
   it does not track frees, so it reports bytes allocated, not a peak.
 
 Neither is a timing: wall-clock and resident-set numbers are machine- and run-dependent
-and live in ``benchmarks/bench_sampler.py``.
+and are measured by ``dsampler bench`` (:mod:`studies.bench`).
 """
 
 from __future__ import annotations

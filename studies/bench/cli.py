@@ -1,0 +1,201 @@
+"""``dsampler bench``: the samplers' speed and memory against the cost of ``randperm``.
+
+``dsampler bench`` measures the stock sampler, ours, bare ``torch.randperm`` (int64 and
+int32) and the feistel permutation side by side (:mod:`studies.bench.grid`) and prints
+the medians, spreads and ratios; ``--format csv|json`` prints the tidy table instead.
+``--output DIR`` also writes the table (``bench.txt``, ``bench.csv`` or ``bench.json``)
+and the picture (``bench.png``) there, refusing to replace existing files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studies.bench.grid import Grid
+
+__all__ = ["DEFAULT_SIZES", "LARGE_SIZES", "add_parser", "output_paths", "run", "settings"]
+
+DEFAULT_SIZES = (10**5, 10**6, 10**7)
+#: What ``--large`` adds.
+LARGE_SIZES = (10**8, 10**9)
+DEFAULT_WORLD_SIZES = (1, 8, 64)
+#: The largest dataset size torch can index (int64).
+MAX_SIZE = 2**63 - 1
+DEFAULT_REPEATS = 3
+DEFAULT_NUM_WORKERS = (0, 2)
+FORMATS = ("table", "csv", "json")
+_SUFFIX = {"table": "txt", "csv": "csv", "json": "json"}
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand to ``commands`` (``ArgumentParser.add_subparsers()``)."""
+    bench = commands.add_parser(
+        "bench",
+        help="measure speed and memory: stock sampler, ours, bare randperm, feistel",
+        description=(
+            "Measure, each in a fresh process, the time to the first index, the time for "
+            "the last rank's epoch and the peak RSS above baseline, and the DataLoader's "
+            "time to its first batch; print medians, spreads and ratios."
+        ),
+    )
+    bench.set_defaults(bench_parser=bench)
+    bench.add_argument(
+        "--sizes",
+        type=_size,
+        nargs="+",
+        default=list(DEFAULT_SIZES),
+        metavar="N",
+        help="dataset sizes (default 10**5 10**6 10**7)",
+    )
+    bench.add_argument("--large", action="store_true", help="also measure 10**8 and 10**9")
+    bench.add_argument(
+        "--world-sizes",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_WORLD_SIZES),
+        metavar="W",
+        help="world sizes; the last rank is measured (default 1 8 64)",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"fresh processes per measurement (default {DEFAULT_REPEATS})",
+    )
+    bench.add_argument(
+        "--num-workers",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_NUM_WORKERS),
+        metavar="K",
+        help="DataLoader num_workers for the first-batch times (default 0 2)",
+    )
+    bench.add_argument("--format", choices=FORMATS, default="table", help="default table")
+    bench.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the table and bench.png into DIR (existing files are not replaced)",
+    )
+    return bench
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The validated options; ``ValueError`` naming the option and the value otherwise."""
+    sizes = list(args.sizes) + (list(LARGE_SIZES) if args.large else [])
+    _distinct("--sizes", args.sizes)
+    _at_least("--sizes", args.sizes, 1)
+    if max(args.sizes) > MAX_SIZE:
+        raise ValueError(f"--sizes must all be at most 2**63 - 1, got {max(args.sizes)}")
+    _at_least("--world-sizes", args.world_sizes, 1)
+    _distinct("--world-sizes", args.world_sizes)
+    _at_least("--num-workers", args.num_workers, 0)
+    _distinct("--num-workers", args.num_workers)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.output is not None:
+        if args.output.exists() and not args.output.is_dir():
+            raise ValueError(f"--output must be a directory, got the file {args.output}")
+        taken = [str(path) for path in output_paths(args.output, args.format) if path.exists()]
+        if taken:
+            raise ValueError(f"--output {args.output} already holds {', '.join(taken)}")
+    return {
+        "sizes": tuple(sorted(set(sizes))),
+        "world_sizes": tuple(sorted(args.world_sizes)),
+        "repeats": args.repeats,
+        "num_workers": tuple(sorted(args.num_workers)),
+    }
+
+
+def output_paths(directory: Path, format_: str) -> tuple[Path, Path]:
+    """Where ``--output`` writes the table and the picture."""
+    return directory / f"bench.{_SUFFIX[format_]}", directory / "bench.png"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``dsampler bench``; bad options exit through the subcommand's parser (status 2)."""
+    try:
+        options = settings(args)
+    except ValueError as error:
+        args.bench_parser.error(str(error))
+    from tqdm import tqdm
+
+    from studies.bench.grid import Grid, machine_facts, run_grid
+    from studies.bench.plot import draw, figure_size
+    from studies.bench.tables import render_text, to_csv_text, to_json_text
+    from studies.figures import render_png
+
+    grid = Grid(**options)
+    show = sys.stderr.isatty()
+
+    def progress(cells: Any) -> Any:
+        return tqdm(cells, desc="bench", unit="process", disable=not show)
+
+    frame = run_grid(grid, progress=progress)
+    if args.format == "csv":
+        text = to_csv_text(frame)
+    elif args.format == "json":
+        text = to_json_text(frame)
+    else:
+        text = render_text(frame, header(grid, machine_facts()))
+    sys.stdout.write(text)
+    if args.output is not None:
+        table_path, picture_path = output_paths(args.output, args.format)
+        args.output.mkdir(parents=True, exist_ok=True)
+        picture = render_png(lambda figure: draw(figure, frame), figure_size(len(grid.world_sizes)))
+        for path, content in ((table_path, text.encode()), (picture_path, picture)):
+            try:
+                with path.open("xb") as file:  # never replaces a file
+                    file.write(content)
+            except FileExistsError:
+                print(f"dsampler bench: error: --output: {path} appeared while measuring; "
+                      "it was not replaced", file=sys.stderr)  # fmt: skip
+                return 1
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def header(grid: Grid, facts: dict[str, str]) -> str:
+    """The lines above the tables: the machine, and what each number is."""
+    machine = ", ".join(f"{name} {value}" for name, value in facts.items())
+    return (
+        f"Machine: {machine}.\n"
+        f"Each cell: the last rank's sampler (seed {grid.seed}, epoch 0), median (min..max) "
+        f"of {grid.repeats} fresh processes;\n"
+        "ratios divide medians by the stock sampler's (/ stock) and by bare int64 "
+        "torch.randperm's (/ floor).\n"
+        f"DataLoader: batch size {grid.batch_size}, at world size {grid.loader_world_size}."
+    )
+
+
+def _size(text: str) -> int:
+    """A dataset size written as ``1000000``, ``10**6`` or ``1e6`` (integers only)."""
+    base, power, exponent = text.partition("**")
+    if not power:
+        base, power, exponent = text.lower().partition("e")
+    try:
+        if not power:
+            return int(text)
+        if not 0 <= int(exponent) <= 64:  # a size, not a number to spend minutes on
+            raise ValueError(exponent)
+        return int(base) * 10 ** int(exponent) if power == "e" else int(base) ** int(exponent)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: give an integer such as 1000000, 10**6 or 1e6"
+        ) from None
+
+
+def _at_least(option: str, values: list[int], low: int) -> None:
+    bad = [value for value in values if value < low]
+    if bad:
+        raise ValueError(f"{option} must all be at least {low}, got {bad[0]}")
+
+
+def _distinct(option: str, values: list[int]) -> None:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{option} must not repeat a value, got {values}")
