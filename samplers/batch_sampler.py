@@ -6,8 +6,8 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from samplers import agreement, checks
-from samplers.plan import Batched, EpochPlan, Layout, Permutation, ShardSizes, Tail
+from samplers import checks
+from samplers.plan import Batched, EpochPlan, Layout, Permutation, Tail
 from samplers.resume import Resumable
 from samplers.share import BatchIterator
 
@@ -119,16 +119,6 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         batch_size = checks.positive("batch_size", self.batch_size)
         return Batched(dataset_size, num_replicas, batch_size, tail, start)
 
-    def _plan_with(self, layout: Layout) -> EpochPlan:
-        shuffle = checks.as_flag("shuffle", self.shuffle)
-        seed = checks.seed(self.seed)
-        epoch = checks.epoch(self.epoch)
-        permutation = checks.permutation(self.permutation)
-        if shuffle:
-            checks.shuffle_key_fits(seed, epoch, permutation)
-        sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
-        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
-
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
 
@@ -147,29 +137,6 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     def __len__(self) -> int:
         """Batches this rank yields this epoch (the same on every rank, see above)."""
         return self.plan().layout.count(self.rank)
-
-    def settings(self) -> dict[str, Any]:
-        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
-        return {
-            "sampler": type(self).__name__,
-            "dataset length": len(self.dataset),
-            "num_replicas": self.num_replicas,
-            "rank": self.rank,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "tail": self.tail,
-            "batch_size": self.batch_size,
-            "permutation": self.permutation,
-        }
-
-    def check_consistent(self, group: Any = None) -> None:
-        """Collective: raise on every rank unless all ranks' samplers agree.
-
-        Compares dataset length, ``num_replicas``, seed, epoch, shuffle, tail and batch
-        size, and that the ranks are ``0 .. num_replicas - 1`` once each.
-        """
-        agreement.check_consistent(self.settings(), group)
 
     def __repr__(self) -> str:
         return (

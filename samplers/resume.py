@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from samplers import checks
+from samplers import agreement, checks
 from samplers.epochs import EpochCounter
-from samplers.plan import TAILS, Batched, Layout, Strided
+from samplers.plan import TAILS, Batched, EpochPlan, Layout, ShardSizes, Strided
 
 __all__ = ["STATE_VERSION", "Resumable"]
 
@@ -45,7 +45,8 @@ _STR_FIELDS = ("sampler", "tail", "permutation")
 
 
 class Resumable(EpochCounter):
-    """Mixin: ``state_dict``/``load_state_dict`` over the sampler's plans.
+    """Mixin: ``state_dict``/``load_state_dict`` over the sampler's plans, and the
+    settings the ranks must agree on (``settings``, ``check_consistent``).
 
     A sampler provides ``_dataset_length()``, ``_fresh_layout(start)`` (its current
     settings' layout from a global ``start``), ``_batch_size()`` (``None`` for index
@@ -71,6 +72,49 @@ class Resumable(EpochCounter):
     def _permutation(self) -> str:
         """How the epoch order is drawn: ``"randperm"``, ``"feistel"``, or a stream."""
         return getattr(self, "permutation", "randperm")
+
+    def _plan_with(self, layout: Layout, sizes: ShardSizes | None = None) -> EpochPlan:
+        """The plan of ``layout`` over this sampler's epoch order, validated as it is now."""
+        shuffle = checks.as_flag("shuffle", self.shuffle)  # type: ignore[attr-defined]
+        seed = checks.seed(self.seed)  # type: ignore[attr-defined]
+        epoch = checks.epoch(self.epoch)
+        permutation = checks.permutation(self._permutation())
+        if shuffle:
+            checks.shuffle_key_fits(seed, epoch, permutation)
+        if sizes is None:
+            sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self._tail() == "drop")
+        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
+
+    # Agreement --------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
+        values = {
+            "sampler": type(self).__name__,
+            "dataset length": self._dataset_length(),
+            "num_replicas": self.num_replicas,  # type: ignore[attr-defined]
+            "rank": self.rank,  # type: ignore[attr-defined]
+            "shuffle": self.shuffle,  # type: ignore[attr-defined]
+            "seed": self.seed,  # type: ignore[attr-defined]
+            "epoch": self.epoch,
+            "tail": self._tail(),
+            "permutation": self._permutation(),
+        }
+        batch_size = self._batch_size()
+        if batch_size is not None:
+            values["batch_size"] = batch_size
+        return values
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Collective: raise on every rank unless all ranks' samplers agree.
+
+        Compares :meth:`settings` (dataset length, ``num_replicas``, seed, epoch,
+        shuffle, tail, permutation, batch size) and that the ranks are
+        ``0 .. num_replicas - 1`` once each; the error names the ranks that differ and
+        their values. Call it on every rank at the same point, e.g. after building the
+        sampler and after each ``set_epoch``.
+        """
+        agreement.check_consistent(self.settings(), group)
 
     # Epochs -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import agreement, checks
+from samplers import checks
 from samplers.plan import EpochPlan, Layout, Permutation, ShardSizes, Strided, Tail
 from samplers.resume import Resumable
 from samplers.share import ShareIterator
@@ -175,17 +175,6 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         self._check_size(dataset_size)
         return dataset_size, num_replicas, rank, drop_last, tail
 
-    def _plan_with(self, layout: Layout, sizes: ShardSizes | None = None) -> EpochPlan:
-        shuffle = checks.as_flag("shuffle", self.shuffle)
-        seed = checks.seed(self.seed)
-        epoch = checks.epoch(self.epoch)
-        permutation = checks.permutation(self.permutation)
-        if shuffle:
-            checks.shuffle_key_fits(seed, epoch, permutation)
-        if sizes is None:
-            sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self._tail() == "drop")
-        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
-
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
 
@@ -233,30 +222,6 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
 
     def __len__(self) -> int:
         return self.num_samples
-
-    def settings(self) -> dict[str, Any]:
-        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
-        return {
-            "sampler": type(self).__name__,
-            "dataset length": len(self.dataset),
-            "num_replicas": self.num_replicas,
-            "rank": self.rank,
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "tail": self.tail if self.tail == "uneven" else ("drop" if self.drop_last else "pad"),
-            "permutation": self.permutation,
-        }
-
-    def check_consistent(self, group: Any = None) -> None:
-        """Collective: raise on every rank unless all ranks' samplers agree.
-
-        Compares dataset length, ``num_replicas``, seed, epoch, shuffle and tail, and
-        that the ranks are ``0 .. num_replicas - 1`` once each; the error names the
-        ranks that differ and their values. Call it on every rank at the same point,
-        e.g. after building the sampler and after each ``set_epoch``.
-        """
-        agreement.check_consistent(self.settings(), group)
 
     def __repr__(self) -> str:
         return (

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -31,20 +31,17 @@ CHUNK = 1 << 16
 FIRST_CHUNK = 1 << 10
 COMPUTED_CHUNK = (1 << 15) - 1
 
+_Item = TypeVar("_Item")
 
-class ShareIterator(Iterator[int]):
-    """``rank``'s indices of a strided plan, from ``taken`` on.
 
-    The epoch order is drawn when the iterator is created (as the stock sampler draws it
-    in ``iter()``). A drawn permutation is then cut down to this rank's share, so the
-    rest of the order is freed: the iterator holds ``N / W`` indices, in int32 below
-    2**31 samples. An unshuffled order is never materialised: each chunk is computed
-    from its positions, so any dataset size runs in constant memory.
+class _Chunked(Iterator[_Item]):
+    """What both iterators share: chunked progress, ``taken``, pickling by settings.
+
+    A subclass sets up its source in ``_prepare(plan, rank)`` (returning the plan to keep)
+    and hands out items ``[start, end)`` of the rank's sequence from ``_chunk``.
     """
 
     def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
-        if not isinstance(plan.layout, Strided):
-            raise TypeError("ShareIterator needs a plan with a Strided layout")
         self._setup(plan, rank, taken)
 
     def _setup(self, plan: EpochPlan, rank: int, taken: int) -> None:
@@ -52,14 +49,21 @@ class ShareIterator(Iterator[int]):
         self.count = plan.layout.count(rank)
         if not 0 <= taken <= self.count:
             raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
-        self._share = _share(plan, rank)
-        # Keep the settings, not a drawn order: the share holds what is still needed.
-        self._plan = plan if self._share is None else plan.without_order()
-        self._end = taken  # slot where the current chunk ends
-        self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
-        self._current: Iterator[int] = iter(())
+        self._plan = self._prepare(plan, rank)
+        self._end = taken  # where the current chunk ends
+        self._current: Iterator[_Item] = iter(())
         #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
         self.started = False
+
+    def _prepare(self, plan: EpochPlan, rank: int) -> EpochPlan:
+        raise NotImplementedError
+
+    def _chunk(self, start: int) -> list[_Item]:
+        """Items from ``start`` on (at least one); advances ``self._end`` past them."""
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """Called once the sequence is exhausted."""
 
     @property
     def plan(self) -> EpochPlan:
@@ -68,39 +72,66 @@ class ShareIterator(Iterator[int]):
 
     @property
     def taken(self) -> int:
-        """How many indices have been yielded."""
+        """How many items have been yielded."""
         return self._end - operator.length_hint(self._current)
 
-    def __iter__(self) -> ShareIterator:
+    def __iter__(self) -> _Chunked[_Item]:
         return self
 
-    def __next__(self) -> int:
+    def __next__(self) -> _Item:
         try:
             return next(self._current)
         except StopIteration:
             pass
         self.started = True  # the first call always gets here: the first chunk is empty
         if self._end >= self.count:
-            self._share = None  # done: the sampler may keep this iterator, not its share
+            self._finish()
             raise StopIteration
-        if self._share is not None:
-            start, self._end = self._end, min(self._end + CHUNK, self.count)
-            chunk = self._share[start : self._end].tolist()
-        else:
-            self._step = min(self._step * 2, COMPUTED_CHUNK)
-            start, self._end = self._end, min(self._end + self._step, self.count)
-            chunk = self._plan.rank_indices(self.rank, start, self._end).tolist()
-        self._current = iter(chunk)
+        self._current = iter(self._chunk(self._end))
         return next(self._current)
 
     def __length_hint__(self) -> int:
         return self.count - self.taken
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"plan": self._plan, "rank": self.rank, "taken": self.taken}
+        return {"plan": self._plan.without_order(), "rank": self.rank, "taken": self.taken}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._setup(state["plan"], state["rank"], state["taken"])
+
+
+class ShareIterator(_Chunked[int]):
+    """``rank``'s indices of a strided plan, from ``taken`` on.
+
+    The epoch order is drawn when the iterator is created (as the stock sampler draws it
+    in ``iter()``). A drawn permutation is then cut down to this rank's share, so the
+    rest of the order is freed: the iterator holds ``N / W`` indices, in int32 below
+    2**31 samples. An order computed position by position (unshuffled, or feistel) is
+    never materialised: each chunk is computed from its positions, so any dataset size
+    runs in constant memory.
+    """
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        if not isinstance(plan.layout, Strided):
+            raise TypeError("ShareIterator needs a plan with a Strided layout")
+        super().__init__(plan, rank, taken)
+
+    def _prepare(self, plan: EpochPlan, rank: int) -> EpochPlan:
+        self._share = _share(plan, rank)
+        self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
+        # Keep the settings, not a drawn order: the share holds what is still needed.
+        return plan if self._share is None else plan.without_order()
+
+    def _chunk(self, start: int) -> list[int]:
+        if self._share is not None:
+            self._end = min(start + CHUNK, self.count)
+            return self._share[start : self._end].tolist()  # type: ignore[no-any-return]
+        self._step = min(self._step * 2, COMPUTED_CHUNK)
+        self._end = min(start + self._step, self.count)
+        return self._plan.rank_indices(self.rank, start, self._end).tolist()  # type: ignore[no-any-return]
+
+    def _finish(self) -> None:
+        self._share = None  # done: the sampler may keep this iterator, not its share
 
 
 def _share(plan: EpochPlan, rank: int) -> torch.Tensor | None:
@@ -125,7 +156,7 @@ def _share(plan: EpochPlan, rank: int) -> torch.Tensor | None:
     return torch.cat([inside.long(), plan.indices_at(padded)])
 
 
-class BatchIterator(Iterator[list[int]]):
+class BatchIterator(_Chunked[list[int]]):
     """``rank``'s batches of a batched plan, from batch ``taken`` on, as lists of ints."""
 
     #: Batches turned into lists at a time.
@@ -134,53 +165,15 @@ class BatchIterator(Iterator[list[int]]):
     def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
         if not isinstance(plan.layout, Batched):
             raise TypeError("BatchIterator needs a plan with a Batched layout")
-        self._setup(plan, rank, taken)
+        super().__init__(plan, rank, taken)
 
-    def _setup(self, plan: EpochPlan, rank: int, taken: int) -> None:
-        self._plan = plan
-        self.rank = rank
-        self.count = plan.layout.count(rank)
-        if not 0 <= taken <= self.count:
-            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
+    def _prepare(self, plan: EpochPlan, rank: int) -> EpochPlan:
         _draw(plan)
-        self._end = taken
-        self._current: Iterator[list[int]] = iter(())
-        #: Whether ``next()`` has been called (see ``Resumable._begin_iteration``).
-        self.started = False
+        return plan
 
-    @property
-    def plan(self) -> EpochPlan:
-        """The epoch plan this iterator walks."""
-        return self._plan
-
-    @property
-    def taken(self) -> int:
-        """How many batches have been yielded."""
-        return self._end - operator.length_hint(self._current)
-
-    def __iter__(self) -> BatchIterator:
-        return self
-
-    def __next__(self) -> list[int]:
-        try:
-            return next(self._current)
-        except StopIteration:
-            pass
-        self.started = True  # the first call always gets here: the first chunk is empty
-        if self._end >= self.count:
-            raise StopIteration
-        start, self._end = self._end, min(self._end + self.STEPS, self.count)
-        self._current = iter(self._plan.rank_batches(self.rank, start, self._end))
-        return next(self._current)
-
-    def __length_hint__(self) -> int:
-        return self.count - self.taken
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"plan": self._plan.without_order(), "rank": self.rank, "taken": self.taken}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._setup(state["plan"], state["rank"], state["taken"])
+    def _chunk(self, start: int) -> list[list[int]]:
+        self._end = min(start + self.STEPS, self.count)
+        return self._plan.rank_batches(self.rank, start, self._end)
 
 
 def _draw(plan: EpochPlan) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import agreement, checks
+from samplers import checks
 from samplers.plan import (
     EpochPlan,
     ExplicitOrder,
@@ -158,21 +158,8 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         return layout.count(self.rank)
 
     def settings(self) -> dict[str, Any]:
-        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
-        return {
-            "sampler": type(self).__name__,
-            "wrapped sampler": type(self.sampler).__name__,
-            "wrapped length": len(self.sampler),
-            "num_replicas": self.num_replicas,
-            "rank": self.rank,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "tail": self.tail,
-        }
-
-    def check_consistent(self, group: Any = None) -> None:
-        """Collective: raise on every rank unless all ranks' wrappers agree."""
-        agreement.check_consistent(self.settings(), group)
+        """What must agree across ranks, including the wrapped sampler's type."""
+        return {**super().settings(), "wrapped sampler": type(self.sampler).__name__}
 
     def __repr__(self) -> str:
         return (
