@@ -12,7 +12,8 @@ These tests check it on the installed torch: the same values and the same genera
 state afterwards (so later draws from the generator agree too), at small sizes, around
 the parallel fill's grain (2**15) and around 2**24. The switch to the second algorithm
 at ``UINT32_MAX // 20 = 214748364`` needs about 2.6 GB and tens of seconds, too much for
-the test suite; run by hand at 214748363 and 214748364 (seed 0), both agreed.
+the test suite; run by hand at 214748363 and 214748364 (seed 0), both agreed. 10**8, the
+size of the speed targets, is checked here.
 """
 
 from __future__ import annotations
@@ -86,3 +87,9 @@ def test_int32_refuses_sizes_past_2_to_the_31() -> None:
     out = torch.empty(0, dtype=torch.int32)
     with pytest.raises(RuntimeError, match="overflow"):
         torch.randperm(2**31 + 1, out=out, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.timeout(180)
+def test_int32_draws_the_int64_permutation_at_10_to_the_8() -> None:
+    """The size the benchmark and the issue's targets use (about 1.2 GB, several seconds)."""
+    _assert_same_draws(10**8, 0)
