@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
+from studies import check_cli
 from studies.cases import IMPLEMENTATIONS, Case
 from studies.simulate import case_rows, frame
 from studies.summary import SUMMARY_COLUMNS, summarize
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write into a non-empty directory this command did not generate",
     )
     report.add_argument("--no-progress", action="store_true", help="no progress on stderr")
+    check_cli.add_parser(commands)
     return parser
 
 
@@ -197,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _explain(args.command_parser, args)
         if args.command == "observe":
             return _observe(args.command_parser, args)
+        if args.command == "check":
+            return check_cli.run(args)
         return _report(args.command_parser, args)
     except SystemExit as exit_:
         code = exit_.code
