@@ -795,6 +795,22 @@ def _minimised(
     return configuration
 
 
+def _size(configuration: Configuration) -> tuple[int, ...]:
+    return (
+        configuration.dataset_size,
+        configuration.world_size,
+        configuration.batch_size,
+        configuration.epoch,
+    )
+
+
+def _shown(configuration: Configuration) -> str:
+    return (
+        f"dataset_size={configuration.dataset_size}, world_size={configuration.world_size}, "
+        f"batch_size={configuration.batch_size}"
+    )
+
+
 def _counterexample(configuration: Configuration, violation: Violation) -> dict[str, Any]:
     found = {
         "dataset_size": configuration.dataset_size,
@@ -809,22 +825,15 @@ def _counterexample(configuration: Configuration, violation: Violation) -> dict[
 
 
 def _violation(function: Callable[..., None], *arguments: Any) -> Violation | None:
-    """The violation the check raises, ``None`` when it holds; any other error of the
-    sampler while it is iterated counts as a violation."""
+    """The violation the check raises, ``None`` when it holds. Any other error of the
+    sampler (building or iterating it) means it does not take this configuration:
+    ``_Rejected``, and the search skips it."""
     try:
         function(*arguments)
     except (Violation, Unsupported, _Rejected):
         raise
     except Exception as error:
-        configuration = arguments[-1]
-        epoch = configuration.epoch if isinstance(configuration, Configuration) else 0
-        return Violation(
-            getattr(function, "__name__", "check").replace("_", "-"),
-            None,
-            epoch,
-            f"the sampler raised {type(error).__name__}: {error}",
-            "the training loop crashes with this error",
-        )
+        raise _Rejected(f"{type(error).__name__}: {error}") from error
     return None
 
 
@@ -843,9 +852,10 @@ def check_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False)
     function = CHECKS[guarantee]
     seen = {"tried": 0, "rejected": 0, "unsupported": ""}
     rejection = ""
+    smallest: Configuration | None = None
 
     def violates(configuration: Configuration) -> bool:
-        nonlocal rejection
+        nonlocal rejection, smallest
         seen["tried"] += 1
         try:
             return _violation(function, factory, configuration) is not None
@@ -855,7 +865,8 @@ def check_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False)
             seen["unsupported"] = str(reason)
         except _Rejected as reason:
             seen["rejected"] += 1
-            rejection = rejection or str(reason)
+            if smallest is None or _size(configuration) < _size(smallest):
+                smallest, rejection = configuration, str(reason)
         return False
 
     options = settings(
@@ -882,21 +893,29 @@ def check_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False)
                 guarantee,
                 None,
                 None,
-                f"not supported: the factory raised for every configuration ({rejection})",
+                f"not supported: the sampler raised for every configuration ({rejection})",
             )
         if guarantee == "deterministic":
             return _fresh_process(factory, examples)
+        skipped = ""
+        if smallest is not None:
+            skipped = (
+                f"; skipped {seen['rejected']} the sampler raised for (e.g. "
+                f"{_shown(smallest)}: {rejection})"
+            )
         return Result(
             guarantee,
             True,
             None,
-            f"held on {examples - seen['rejected']} configurations searched",
+            f"held on {examples - seen['rejected']} configurations searched{skipped}",
             examples=examples,
         )
     try:
         violation = _violation(function, factory, found)
     except Violation as raised:
         violation = raised
+    except (Unsupported, _Rejected):
+        violation = None
     if violation is None:  # a flaky sampler: the shrunk example passed when run again
         return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
     return Result(
@@ -933,8 +952,10 @@ def _fresh_process(factory: Factory, examples: int) -> Result:
             violation.experience,
             examples,
         )
-    except (RuntimeError, subprocess.TimeoutExpired) as error:
-        return Result("deterministic", True, None, f"{searched}; fresh process: {error}")
+    except (RuntimeError, subprocess.TimeoutExpired, _Rejected) as error:
+        return Result(
+            "deterministic", True, None, f"{searched}; not compared with a fresh process: {error}"
+        )
     return Result(
         "deterministic",
         True,
