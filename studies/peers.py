@@ -138,14 +138,16 @@ def mmengine_no_round_up(dataset: Any, num_replicas: int, rank: int, seed: int) 
 
 @dataclass(frozen=True)
 class Column:
-    """One sampler of the matrix: its heading, what it is, its factory, and what it needs
-    (a module to import, or a keyword of our ``DistributedSampler``)."""
+    """One sampler of the matrix: its heading, what it is, its factory, what it needs (a
+    module to import, or a keyword of our ``DistributedSampler``) and the distribution that
+    provides it (empty for ours)."""
 
     name: str
     what: str
     factory: Callable[..., Any]
     module: str = ""
     keyword: str = ""
+    distribution: str = ""
 
 
 def unavailable(column: Column) -> str:
@@ -163,8 +165,13 @@ def unavailable(column: Column) -> str:
 
 #: The matrix's columns, in order.
 COLUMNS: tuple[Column, ...] = (
-    Column("torch", "torch.utils.data.distributed.DistributedSampler", torch_pad),
-    Column("torch drop_last", "the same, drop_last=True", torch_drop),
+    Column(
+        "torch",
+        "torch.utils.data.distributed.DistributedSampler",
+        torch_pad,
+        distribution="torch",
+    ),
+    Column("torch drop_last", "the same, drop_last=True", torch_drop, distribution="torch"),
     Column("ours pad", 'samplers.DistributedSampler, tail="pad" (the default)', ours_pad),
     Column("ours drop", 'samplers.DistributedSampler, tail="drop"', ours_drop),
     Column("ours uneven", 'samplers.DistributedSampler, tail="uneven"', ours_uneven),
@@ -191,12 +198,14 @@ COLUMNS: tuple[Column, ...] = (
         "torchdata.stateful_dataloader.sampler.StatefulDistributedSampler",
         torchdata_stateful,
         module="torchdata.stateful_dataloader.sampler",
+        distribution="torchdata",
     ),
     Column(
         "Lightning unrepeated",
         "lightning.pytorch.overrides.distributed.UnrepeatedDistributedSampler",
         lightning_unrepeated,
         module="lightning.pytorch.overrides.distributed",
+        distribution="lightning",
     ),
     Column(
         "Lightning wrapper",
@@ -204,6 +213,7 @@ COLUMNS: tuple[Column, ...] = (
         "seeded alike on every rank",
         lightning_wrapper,
         module="lightning.fabric.utilities.distributed",
+        distribution="lightning",
     ),
     Column(
         "accelerate even",
@@ -211,23 +221,27 @@ COLUMNS: tuple[Column, ...] = (
         "RandomSampler seeded alike on every rank",
         accelerate_even,
         module="accelerate.data_loader",
+        distribution="accelerate",
     ),
     Column(
         "accelerate uneven",
         "the same, even_batches=False",
         accelerate_uneven,
         module="accelerate.data_loader",
+        distribution="accelerate",
     ),
     Column(
         "mmengine round_up",
         "mmengine.dataset.DefaultSampler, round_up=True (the default)",
         mmengine_round_up,
         module="mmengine.dataset.sampler",
+        distribution="mmengine",
     ),
     Column(
         "mmengine no round_up",
         "mmengine.dataset.DefaultSampler, round_up=False",
         mmengine_no_round_up,
         module="mmengine.dataset.sampler",
+        distribution="mmengine",
     ),
 )

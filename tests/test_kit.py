@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import kit_samplers
 import pytest
@@ -18,7 +19,9 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler
 from samplers import testing as kit
+from studies import peers
 from studies.cli import main
+from studies.findings import guarantees
 
 #: For each guarantee, one of the project's samplers that gives it (a factory).
 HOLDERS = {
@@ -255,3 +258,63 @@ def test_importing_samplers_imports_neither_the_kit_nor_its_libraries() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert finished.stdout.strip() == "[]"
+
+
+# --- the matrix (reports/guarantees.md) ---------------------------------------------------------
+
+
+def test_the_matrix_claim_holds_for_its_samplers() -> None:
+    def holds(factory: kit.Factory, guarantee: str) -> bool | None:
+        return kit.check_guarantee(factory, guarantee).holds
+
+    # Padding repeats, dropping loses, neither pads nor drops: unequal batch counts unless
+    # batches are laid out a step at a time.
+    assert holds(peers.torch_pad, "exactly-once") is False
+    assert holds(peers.torch_drop, "covers-dataset") is False
+    assert holds(peers.ours_uneven, "equal-batch-counts") is False
+    assert holds(peers.ours_batches_uneven, "exactly-once") is True
+    assert holds(peers.ours_batches_uneven, "equal-batch-counts") is True
+    assert holds(peers.ours_batches_uneven, "equal-length-across-ranks") is False
+    # Only samplers with state_dict resume; ours on another world size, torchdata's not.
+    assert holds(peers.torch_pad, "resumes-same-world-size") is None
+    assert holds(peers.ours_pad, "resumes-other-world-size") is True
+    pytest.importorskip("torchdata")
+    assert holds(peers.torchdata_stateful, "resumes-same-world-size") is True
+    assert holds(peers.torchdata_stateful, "resumes-other-world-size") is False
+
+
+def test_a_peer_that_is_not_installed_is_a_column_marked_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = next(c for c in peers.COLUMNS if c.name == "torchdata")
+    monkeypatch.setitem(sys.modules, missing.module, None)  # import fails as if not installed
+    stock_column = peers.COLUMNS[0]
+    monkeypatch.setattr(guarantees, "COLUMNS", (stock_column, missing))
+    frame = guarantees.cells()
+    assert set(frame[frame["sampler"] == "torchdata"]["result"]) == {peers.NOT_INSTALLED}
+    assert set(frame[frame["sampler"] == stock_column.name]["result"]) == {
+        "held",
+        "violated",
+        "not supported",
+    }
+    wide = guarantees.matrix(frame)
+    assert list(wide.columns) == ["guarantee", stock_column.name, "torchdata"]
+    assert list(wide["guarantee"]) == list(kit.GUARANTEES)
+    assert set(wide["torchdata"]) == {peers.NOT_INSTALLED}
+    exactly_once = wide.set_index("guarantee").loc["exactly-once", stock_column.name]
+    assert exactly_once == "[violated](#where-exactly-once-fails): N=1 W=2 B=1"
+
+
+def test_a_permutation_this_version_lacks_is_marked_not_available() -> None:
+    column = peers.Column("ours other", "-", peers.ours_pad, keyword="no_such_keyword")
+    assert peers.unavailable(column) == peers.NOT_AVAILABLE
+    assert peers.unavailable(peers.COLUMNS[2]) == ""
+
+
+def test_the_readme_kit_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "testing" in b]
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "exactly-once" in out and "resumes-other-world-size" in out

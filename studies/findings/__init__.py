@@ -85,6 +85,7 @@ MODULES: tuple[str, ...] = (
     "cost",
     "real_processes",
     "collective_evaluation",
+    "guarantees",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
