@@ -54,10 +54,12 @@ __all__ = [
     "CHECKS",
     "GUARANTEES",
     "Configuration",
+    "Factory",
     "Result",
     "Unsupported",
     "Violation",
     "check",
+    "check_all",
     "check_guarantee",
     "covers_dataset",
     "deterministic",
@@ -66,10 +68,12 @@ __all__ = [
     "equal_length_across_ranks",
     "exactly_once",
     "len_matches_iteration",
+    "load_factory",
     "no_tiny_batch",
     "reshuffles_with_set_epoch",
     "resumes_other_world_size",
     "resumes_same_world_size",
+    "validated",
 ]
 
 #: Each guarantee's id and what it states.
