@@ -276,6 +276,10 @@ def _n(count: int, singular: str, plural: str) -> str:
     return f"{count} {singular if count == 1 else plural}"
 
 
+def _samples(count: int) -> str:
+    return _n(count, "sample", "samples")
+
+
 def _spread(values: Sequence[int]) -> tuple[int, int]:
     """The ranks with the most and the fewest (first of each)."""
     return values.index(max(values)), values.index(min(values))
@@ -305,20 +309,37 @@ def len_matches_iteration(factory: Factory, configuration: Configuration) -> Non
             )
 
 
+def _equal(
+    guarantee: str,
+    configuration: Configuration,
+    counts: Sequence[int],
+    unit: tuple[str, str],
+    consequence: str,
+) -> None:
+    """Raise the guarantee's violation when the ranks' ``counts`` (of ``unit``) differ."""
+    if len(set(counts)) == 1:
+        return
+    most, fewest = _spread(counts)
+    gap = counts[most] - counts[fewest]
+    raise Violation(
+        guarantee,
+        fewest,
+        configuration.epoch,
+        f"rank {most} gets {_n(counts[most], *unit)}, rank {fewest} {counts[fewest]}",
+        f"rank {fewest} gets {_n(gap, *unit)} fewer than rank {most}: {consequence}",
+    )
+
+
 def equal_length_across_ranks(factory: Factory, configuration: Configuration) -> None:
     """Every rank receives the same number of indices in an epoch."""
     counts = [len(_indices(items)) for items in epoch_outputs(factory, configuration)]
-    if len(set(counts)) > 1:
-        most, fewest = _spread(counts)
-        raise Violation(
-            "equal-length-across-ranks",
-            fewest,
-            configuration.epoch,
-            f"rank {most} gets {_n(counts[most], 'index', 'indices')}, rank {fewest} "
-            f"{counts[fewest]}",
-            f"rank {fewest} gets {counts[most] - counts[fewest]} fewer samples than rank "
-            f"{most}: per-sample results gathered from the ranks do not line up",
-        )
+    _equal(
+        "equal-length-across-ranks",
+        configuration,
+        counts,
+        ("index", "indices"),
+        "per-sample results gathered from the ranks do not line up",
+    )
 
 
 def equal_batch_counts(factory: Factory, configuration: Configuration) -> None:
@@ -326,17 +347,13 @@ def equal_batch_counts(factory: Factory, configuration: Configuration) -> None:
     outputs = epoch_outputs(factory, configuration)
     batched = _is_batched(outputs)
     counts = [len(_batches(items, batched, configuration.batch_size)) for items in outputs]
-    if len(set(counts)) > 1:
-        most, fewest = _spread(counts)
-        raise Violation(
-            "equal-batch-counts",
-            fewest,
-            configuration.epoch,
-            f"rank {most} gets {_n(counts[most], 'batch', 'batches')}, rank {fewest} "
-            f"{counts[fewest]}",
-            f"rank {fewest} runs {counts[most] - counts[fewest]} batch(es) fewer than rank "
-            f"{most}: a DDP step waits forever",
-        )
+    _equal(
+        "equal-batch-counts",
+        configuration,
+        counts,
+        ("batch", "batches"),
+        "a DDP step waits forever for it",
+    )
 
 
 def covers_dataset(factory: Factory, configuration: Configuration) -> None:
@@ -351,8 +368,8 @@ def covers_dataset(factory: Factory, configuration: Configuration) -> None:
             configuration.epoch,
             f"{len(missing)} of {configuration.dataset_size} indices reach no rank "
             f"(e.g. {missing[0]})",
-            f"{len(missing)} sample(s) are never seen that epoch: not trained on, and missing "
-            "from an evaluation's result",
+            f"{_samples(len(missing))} never seen that epoch: not trained on, and "
+            "missing from an evaluation's result",
         )
 
 
@@ -372,15 +389,15 @@ def exactly_once(factory: Factory, configuration: Configuration) -> None:
             f"(e.g. {repeated[0]})"
         )
     if missing:
-        parts.append(f"{len(missing)} reach no rank (e.g. {missing[0]})")
+        parts.append(
+            f"{_n(len(missing), 'index reaches', 'indices reach')} no rank (e.g. {missing[0]})"
+        )
     if foreign:
         parts.append(f"{len(foreign)} are outside the dataset (e.g. {foreign[0]})")
     if repeated:
-        experience = (
-            f"{len(repeated)} sample(s) are counted twice: a metric summed over ranks is wrong"
-        )
+        experience = f"{_samples(len(repeated))} counted twice: a metric summed over ranks is wrong"
     else:
-        experience = f"{len(missing)} sample(s) are never seen: an evaluation misses them"
+        experience = f"{_samples(len(missing))} never seen: an evaluation misses them"
     raise Violation("exactly-once", None, configuration.epoch, "; ".join(parts), experience)
 
 
@@ -402,9 +419,9 @@ def no_tiny_batch(factory: Factory, configuration: Configuration) -> None:
                     "no-tiny-batch",
                     rank,
                     configuration.epoch,
-                    f"batch {position} has {len(content)} sample(s) of batch size {batch}",
-                    f"rank {rank} runs a step on {len(content)} sample(s) instead of {batch}: "
-                    "a noisy gradient, and BatchNorm fails on a batch of one",
+                    f"batch {position} holds {_samples(len(content))}, batch size {batch}",
+                    f"rank {rank} runs a step on {_samples(len(content))} instead of "
+                    f"{batch}: a noisy gradient, and BatchNorm fails on a batch of one",
                 )
 
 
@@ -693,13 +710,14 @@ def resumes_other_world_size(factory: Factory, configuration: Configuration) -> 
             "resumes-other-world-size",
             0,
             configuration.epoch,
-            f"saved after {taken} items per rank on {world} ranks and resumed on {other}: "
+            f"saved after {_n(taken, 'item', 'items')} per rank on {_n(world, 'rank', 'ranks')} "
+            f"and resumed on {other}: "
             f"{_n(len(lost), 'index', 'indices')} lost, {repeated} repeated (its tail "
             f"policy accounts for at most {may_drop} lost and {may_repeat} repeated)",
             f"resuming on {other} ranks "
-            + (f"never shows {len(lost)} sample(s)" if loses else "")
+            + (f"never shows {_samples(len(lost))}" if loses else "")
             + (" and " if loses and repeats else "")
-            + (f"shows {repeated} sample(s) twice" if repeats else "")
+            + (f"shows {_samples(repeated)} twice" if repeats else "")
             + " of the interrupted epoch",
             {"taken": taken, "other_world_size": other},
         )

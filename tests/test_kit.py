@@ -205,7 +205,7 @@ def test_cli_json_lists_every_guarantee(capsys: pytest.CaptureFixture[str]) -> N
 def test_cli_table_says_what_a_user_sees(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "kit_samplers:wrong_no_tiny_batch"]) == 1
     out = capsys.readouterr().out
-    assert "N=5 W=1 B=4, rank 0, epoch 0: batch 1 has 1 sample(s) of batch size 4" in out
+    assert "N=5 W=1 B=4, rank 0, epoch 0: batch 1 holds 1 sample, batch size 4" in out
     assert "BatchNorm" in out
     assert "not supported" in out
 
