@@ -576,7 +576,8 @@ def deterministic_across_processes(
     )
     environment = {
         **os.environ,
-        "PYTHONHASHSEED": "12345",
+        # Another string hash than this process's, so hash-dependent orders show.
+        "PYTHONHASHSEED": "54321" if os.environ.get("PYTHONHASHSEED") == "12345" else "12345",
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
     }
     finished = subprocess.run(

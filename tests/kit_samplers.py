@@ -91,6 +91,14 @@ class GlobalRandom(Strided):
         return torch.randperm(self.size).tolist()
 
 
+class HashSeeded(Strided):
+    """Seeds its permutation from a string's hash, which differs between processes."""
+
+    def order(self) -> list[int]:
+        seed = hash(f"seed-{self.seed}") % 2**31 + self.epoch
+        return torch.randperm(self.size, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
 class ShareBatches(Sampler[list[int]]):
     """Batches the rank's strided share: the share's last batch may hold one sample."""
 
@@ -166,6 +174,10 @@ def wrong_reshuffles_with_set_epoch(dataset: Any, num_replicas: int, rank: int, 
 
 def wrong_deterministic(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return GlobalRandom(dataset, num_replicas, rank, seed)
+
+
+def hash_seeded(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return HashSeeded(dataset, num_replicas, rank, seed)
 
 
 def wrong_resumes_same_world_size(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:

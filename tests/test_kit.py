@@ -102,6 +102,35 @@ def test_counterexamples_are_shrunk_to_the_smallest_case() -> None:
     assert shown == {"dataset_size": 5, "world_size": 1, "batch_size": 4}
 
 
+def test_a_sampler_that_differs_only_in_a_fresh_process_is_not_deterministic() -> None:
+    # The same in this process (the in-process search holds), not in another one.
+    kit.deterministic(kit_samplers.hash_seeded, kit.Configuration(dataset_size=20, world_size=2))
+    result = kit.check_guarantee(kit_samplers.hash_seeded, "deterministic")
+    assert result.holds is False
+    assert result.counterexample is not None
+    assert "a fresh process yields a different order" in result.counterexample["what"]
+
+
+def test_a_factory_not_importable_by_name_is_compared_in_this_process_only() -> None:
+    def local(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+        return kit_samplers.hash_seeded(dataset, num_replicas, rank, seed)
+
+    result = kit.check_guarantee(local, "deterministic")
+    assert result.holds is True
+    assert "not compared with a fresh process" in result.detail
+
+
+def test_the_thorough_search_finds_the_violation_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kit, "CHECKS", {"covers-dataset": kit.covers_dataset})
+    reference = "kit_samplers:wrong_covers_dataset"
+    assert main(["check", reference, "--thorough", "--format", "json"]) == 1
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["holds"] is False
+    assert record["counterexample"]["dataset_size"] % record["counterexample"]["world_size"]
+
+
 def test_the_stock_sampler_pads_and_has_no_resume() -> None:
     frame = kit.check(stock)
     holds = dict(zip(frame["guarantee"], frame["holds"], strict=True))
