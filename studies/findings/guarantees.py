@@ -105,7 +105,7 @@ def build() -> Evidence:
     checked = frame[~frame[RESULT].isin([NOT_INSTALLED, NOT_AVAILABLE])]
     samplers = checked[SAMPLER].unique().tolist()
     held = checked[checked[RESULT] == SHOWN[True]].groupby(SAMPLER, sort=False).size()
-    best = int(held.max())
+    best, total = int(held.max()), len(testing.GUARANTEES)
     missing = sorted(set(frame[SAMPLER]) - set(samplers), key=frame[SAMPLER].tolist().index)
     legend = pd.DataFrame(
         [{SAMPLER: c.name, "what it is": c.what, "version": _version(c)} for c in COLUMNS]
@@ -141,14 +141,18 @@ def build() -> Evidence:
     both = [name for name in once if name in equal]
     resumed = _names(frame, "resumes-other-world-size", SHOWN[True])
     lost = _names(frame, "resumes-other-world-size", SHOWN[False])
+    leaders = joined(held[held == best].index.tolist())
+    if best < total:
+        ranking = f"No sampler holds them all; the most any holds is {best} ({leaders})"
+    else:
+        ranking = f"{leaders} hold all of them"
     prose = (
-        f"{len(samplers)} samplers were checked against the {len(testing.GUARANTEES)} "
+        f"{len(samplers)} samplers were checked against the {total} "
         "guarantees of `samplers.testing`, each by a derandomised search of "
         f"{testing.EXAMPLES[False]} configurations per guarantee, shrunk to the smallest "
         "counterexample"
         + (f" ({joined(missing)}: not checked here, see the table)" if missing else "")
-        + f". No sampler holds them all; the most any holds is {best} "
-        f"({joined(held[held == best].index.tolist())}). Every index exactly once each "
+        + f". {ranking}. Every index exactly once each "
         f"epoch: {joined(once) or 'none'}. The same number of batches on every rank: "
         f"{joined(equal) or 'none'}. Both at once: {joined(both) or 'none'}. Resuming on "
         f"another world size without losing or repeating samples: {joined(resumed) or 'none'}"
