@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
+from studies import check_cli
 from studies.bench import cli as bench
 from studies.cases import IMPLEMENTATIONS, Case
 from studies.simulate import case_rows, frame
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     bench.add_parser(commands)
+    check_cli.add_parser(commands)
     return parser
 
 
@@ -201,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _observe(args.command_parser, args)
         if args.command == "bench":
             return bench.run(args)
+        if args.command == "check":
+            return check_cli.run(args)
         return _report(args.command_parser, args)
     except SystemExit as exit_:
         code = exit_.code

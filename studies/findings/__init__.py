@@ -91,6 +91,7 @@ MODULES: tuple[str, ...] = (
     "tail_policies",
     "resume",
     "speed",
+    "guarantees",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

@@ -1,0 +1,247 @@
+"""The samplers the guarantee matrix compares, as factories for :mod:`samplers.testing`.
+
+Ours in every mode, torch's ``DistributedSampler`` and the samplers of torchdata,
+Lightning, accelerate and mmengine, each built the way its users build it for rank
+``rank`` of ``num_replicas``. Every factory is a module-level function, so the kit can
+also rebuild it in a fresh process. A peer library is imported only inside its factory:
+:func:`unavailable` says when one is not installed (or when this version of ours lacks a
+permutation), and the matrix marks that column instead of failing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+import torch
+from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
+
+__all__ = ["COLUMNS", "NOT_AVAILABLE", "NOT_INSTALLED", "Column", "unavailable"]
+
+NOT_INSTALLED = "not installed"
+NOT_AVAILABLE = "not available in this version"
+
+
+def _seeded_random(dataset: Any, seed: int) -> RandomSampler:
+    """A RandomSampler whose generator is seeded identically on every rank."""
+    return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+
+
+def torch_pad(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return StockSampler(dataset, num_replicas, rank, seed=seed)
+
+
+def torch_drop(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return StockSampler(dataset, num_replicas, rank, seed=seed, drop_last=True)
+
+
+def ours_pad(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, tail="pad")
+
+
+def ours_drop(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, tail="drop")
+
+
+def ours_uneven(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, tail="uneven")
+
+
+def ours_feistel(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    arguments: dict[str, Any] = {"permutation": "feistel"}
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, **arguments)
+
+
+def ours_batches_pad(dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int) -> Any:
+    return DistributedBatchSampler(dataset, batch_size, num_replicas, rank, seed=seed, tail="pad")
+
+
+def ours_batches_drop(
+    dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int
+) -> Any:
+    return DistributedBatchSampler(dataset, batch_size, num_replicas, rank, seed=seed, tail="drop")
+
+
+def ours_batches_uneven(
+    dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int
+) -> Any:
+    return DistributedBatchSampler(
+        dataset, batch_size, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+def ours_wrapper(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSamplerWrapper(_seeded_random(dataset, seed), num_replicas, rank, seed=seed)
+
+
+def torchdata_stateful(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+    return StatefulDistributedSampler(dataset, num_replicas, rank, seed=seed)
+
+
+def lightning_unrepeated(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(dataset, num_replicas=num_replicas, rank=rank, seed=seed)
+
+
+def lightning_wrapper(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper as Wrapper
+
+    return Wrapper(_seeded_random(dataset, seed), num_replicas=num_replicas, rank=rank, seed=seed)
+
+
+def _accelerate(
+    dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int, even: bool
+) -> Any:
+    from accelerate.data_loader import BatchSamplerShard
+
+    batches = BatchSampler(_seeded_random(dataset, seed), batch_size, drop_last=False)
+    return BatchSamplerShard(
+        batches, num_processes=num_replicas, process_index=rank, even_batches=even
+    )
+
+
+def accelerate_even(dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int) -> Any:
+    return _accelerate(dataset, num_replicas, rank, seed, batch_size, True)
+
+
+def accelerate_uneven(
+    dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int
+) -> Any:
+    return _accelerate(dataset, num_replicas, rank, seed, batch_size, False)
+
+
+def _mmengine(dataset: Any, num_replicas: int, rank: int, seed: int, round_up: bool) -> Any:
+    from mmengine.dataset import sampler as module
+
+    # DefaultSampler reads the rank and world size from the process group.
+    with mock.patch.object(module, "get_dist_info", return_value=(rank, num_replicas)):
+        return module.DefaultSampler(dataset, shuffle=True, seed=seed, round_up=round_up)
+
+
+def mmengine_round_up(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return _mmengine(dataset, num_replicas, rank, seed, True)
+
+
+def mmengine_no_round_up(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return _mmengine(dataset, num_replicas, rank, seed, False)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One sampler of the matrix: its heading, what it is, its factory, what it needs (a
+    module to import, or a keyword of our ``DistributedSampler``) and the distribution that
+    provides it (empty for ours)."""
+
+    name: str
+    what: str
+    factory: Callable[..., Any]
+    module: str = ""
+    keyword: str = ""
+    distribution: str = ""
+
+
+def unavailable(column: Column) -> str:
+    """Why the column cannot be checked here (:data:`NOT_INSTALLED`, :data:`NOT_AVAILABLE`),
+    or ``""`` when it can."""
+    if column.keyword and column.keyword not in inspect.signature(DistributedSampler).parameters:
+        return NOT_AVAILABLE
+    if column.module:
+        try:
+            importlib.import_module(column.module)
+        except ImportError:
+            return NOT_INSTALLED
+    return ""
+
+
+#: The matrix's columns, in order.
+COLUMNS: tuple[Column, ...] = (
+    Column(
+        "torch",
+        "torch.utils.data.distributed.DistributedSampler",
+        torch_pad,
+        distribution="torch",
+    ),
+    Column("torch drop_last", "the same, drop_last=True", torch_drop, distribution="torch"),
+    Column("ours pad", 'samplers.DistributedSampler, tail="pad" (the default)', ours_pad),
+    Column("ours drop", 'samplers.DistributedSampler, tail="drop"', ours_drop),
+    Column("ours uneven", 'samplers.DistributedSampler, tail="uneven"', ours_uneven),
+    Column(
+        "ours feistel",
+        'samplers.DistributedSampler, permutation="feistel"',
+        ours_feistel,
+        keyword="permutation",
+    ),
+    Column("ours batches pad", 'samplers.DistributedBatchSampler, tail="pad"', ours_batches_pad),
+    Column("ours batches drop", 'samplers.DistributedBatchSampler, tail="drop"', ours_batches_drop),
+    Column(
+        "ours batches uneven",
+        'samplers.DistributedBatchSampler, tail="uneven"',
+        ours_batches_uneven,
+    ),
+    Column(
+        "ours wrapper",
+        "samplers.DistributedSamplerWrapper over a RandomSampler seeded alike on every rank",
+        ours_wrapper,
+    ),
+    Column(
+        "torchdata",
+        "torchdata.stateful_dataloader.sampler.StatefulDistributedSampler",
+        torchdata_stateful,
+        module="torchdata.stateful_dataloader.sampler",
+        distribution="torchdata",
+    ),
+    Column(
+        "Lightning unrepeated",
+        "lightning.pytorch.overrides.distributed.UnrepeatedDistributedSampler",
+        lightning_unrepeated,
+        module="lightning.pytorch.overrides.distributed",
+        distribution="lightning",
+    ),
+    Column(
+        "Lightning wrapper",
+        "lightning.fabric.utilities.distributed.DistributedSamplerWrapper over a RandomSampler "
+        "seeded alike on every rank",
+        lightning_wrapper,
+        module="lightning.fabric.utilities.distributed",
+        distribution="lightning",
+    ),
+    Column(
+        "accelerate even",
+        "accelerate.data_loader.BatchSamplerShard, even_batches=True, over a BatchSampler of a "
+        "RandomSampler seeded alike on every rank",
+        accelerate_even,
+        module="accelerate.data_loader",
+        distribution="accelerate",
+    ),
+    Column(
+        "accelerate uneven",
+        "the same, even_batches=False",
+        accelerate_uneven,
+        module="accelerate.data_loader",
+        distribution="accelerate",
+    ),
+    Column(
+        "mmengine round_up",
+        "mmengine.dataset.DefaultSampler, round_up=True (the default)",
+        mmengine_round_up,
+        module="mmengine.dataset.sampler",
+        distribution="mmengine",
+    ),
+    Column(
+        "mmengine no round_up",
+        "mmengine.dataset.DefaultSampler, round_up=False",
+        mmengine_no_round_up,
+        module="mmengine.dataset.sampler",
+        distribution="mmengine",
+    ),
+)

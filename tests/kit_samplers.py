@@ -1,0 +1,200 @@
+"""Deliberately wrong samplers, one per guarantee of ``samplers.testing``, and right ones.
+
+Each ``wrong_<guarantee>`` factory breaks its guarantee the way samplers written by hand
+commonly do; ``tests/test_kit.py`` checks that the kit finds each violation with a
+counterexample, and none in the project's samplers that hold the guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from samplers import DistributedBatchSampler, DistributedSampler
+
+
+class Strided(Sampler[int]):
+    """``range(rank, N, W)`` of a seeded per-epoch permutation (exactly once, unequal)."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        self.size, self.world, self.rank, self.seed = len(dataset), num_replicas, rank, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.order()[self.rank :: self.world])
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.size, self.world))
+
+
+class PaddedLength(Strided):
+    """Claims the padded length ``ceil(N / W)`` but yields its unpadded share."""
+
+    def __len__(self) -> int:
+        return math.ceil(self.size / self.world)
+
+
+class Contiguous(Strided):
+    """Contiguous chunks of ``ceil(N / W)`` of the order: the last rank gets the rest."""
+
+    def __iter__(self) -> Iterator[int]:
+        chunk = math.ceil(self.size / self.world)
+        return iter(self.order()[self.rank * chunk : (self.rank + 1) * chunk])
+
+    def __len__(self) -> int:
+        chunk = math.ceil(self.size / self.world)
+        return len(range(self.size)[self.rank * chunk : (self.rank + 1) * chunk])
+
+
+class Truncated(Strided):
+    """Equal shares of ``N // W`` by truncating the order, so its tail is never seen."""
+
+    def __iter__(self) -> Iterator[int]:
+        share = self.size // self.world
+        return iter(self.order()[self.rank * share : (self.rank + 1) * share])
+
+    def __len__(self) -> int:
+        return self.size // self.world
+
+
+class SeededPerRank(Strided):
+    """Every rank draws its own permutation (seed + rank): the ranks' parts overlap."""
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch + 1000 * self.rank)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+
+class IgnoresEpoch(Strided):
+    """Has ``set_epoch`` but draws the permutation from the seed alone."""
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+
+class GlobalRandom(Strided):
+    """Draws the permutation from torch's global random number generator."""
+
+    def order(self) -> list[int]:
+        return torch.randperm(self.size).tolist()
+
+
+class HashSeeded(Strided):
+    """Seeds its permutation from a string's hash, which differs between processes."""
+
+    def order(self) -> list[int]:
+        seed = hash(f"seed-{self.seed}") % 2**31 + self.epoch
+        return torch.randperm(self.size, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+class ShareBatches(Sampler[list[int]]):
+    """Batches the rank's strided share: the share's last batch may hold one sample."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, batch_size: int) -> None:
+        self.share = list(range(rank, len(dataset), num_replicas))
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for start in range(0, len(self.share), self.batch_size):
+            yield self.share[start : start + self.batch_size]
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.share) / self.batch_size)
+
+
+class CountingResume(Strided):
+    """Saves how many indices it yielded, counting the one it is about to yield too."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas, rank, seed)
+        self.yielded = 0
+        self.skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order()[self.rank :: self.world]
+        self.yielded, skip, self.skip = self.skip, self.skip, 0
+        for index in order[skip:]:
+            self.yielded += 1
+            yield index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "yielded": self.yielded + self.off_by}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.skip = state["epoch"], state["yielded"]
+
+    off_by = 1
+
+
+class PerRankResume(CountingResume):
+    """Saves the rank's own count: exact on the same world size, wrong on another."""
+
+    off_by = 0
+
+
+def wrong_len_matches_iteration(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return PaddedLength(dataset, num_replicas, rank, seed)
+
+
+def wrong_equal_length_across_ranks(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return Strided(dataset, num_replicas, rank, seed)
+
+
+def wrong_equal_batch_counts(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return Contiguous(dataset, num_replicas, rank, seed)
+
+
+def wrong_covers_dataset(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return Truncated(dataset, num_replicas, rank, seed)
+
+
+def wrong_exactly_once(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return SeededPerRank(dataset, num_replicas, rank, seed)
+
+
+def wrong_no_tiny_batch(dataset: Any, num_replicas: int, rank: int, batch_size: int) -> Any:
+    return ShareBatches(dataset, num_replicas, rank, batch_size)
+
+
+def wrong_reshuffles_with_set_epoch(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return IgnoresEpoch(dataset, num_replicas, rank, seed)
+
+
+def wrong_deterministic(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return GlobalRandom(dataset, num_replicas, rank, seed)
+
+
+def hash_seeded(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return HashSeeded(dataset, num_replicas, rank, seed)
+
+
+def wrong_resumes_same_world_size(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return CountingResume(dataset, num_replicas, rank, seed)
+
+
+def wrong_resumes_other_world_size(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return PerRankResume(dataset, num_replicas, rank, seed)
+
+
+def ours_uneven(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, tail="uneven")
+
+
+def ours_batches_pad(dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int) -> Any:
+    return DistributedBatchSampler(dataset, batch_size, num_replicas, rank, seed=seed)
+
+
+def not_a_sampler(**arguments: Any) -> Any:
+    return 42

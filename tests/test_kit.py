@@ -1,0 +1,349 @@
+"""The guarantee kit (``samplers.testing``) and ``dsampler check``.
+
+The kit must find each violation in ``kit_samplers``' deliberately wrong samplers, with a
+counterexample that the plain check function confirms, and none in the project's samplers
+for the guarantees they give.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kit_samplers
+import pytest
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import DistributedBatchSampler, DistributedSampler
+from samplers import testing as kit
+from studies import peers
+from studies.cli import main
+from studies.findings import guarantees
+
+#: For each guarantee, one of the project's samplers that gives it (a factory).
+HOLDERS = {
+    "len-matches-iteration": kit_samplers.ours_uneven,
+    "equal-length-across-ranks": kit_samplers.ours_batches_pad,
+    "equal-batch-counts": kit_samplers.ours_batches_pad,
+    "covers-dataset": kit_samplers.ours_uneven,
+    "exactly-once": kit_samplers.ours_uneven,
+    "no-tiny-batch": kit_samplers.ours_batches_pad,
+    "reshuffles-with-set-epoch": kit_samplers.ours_uneven,
+    "deterministic": kit_samplers.ours_uneven,
+    "resumes-same-world-size": kit_samplers.ours_batches_pad,
+    "resumes-other-world-size": kit_samplers.ours_uneven,
+}
+
+
+def _wrong(guarantee: str) -> kit.Factory:
+    return getattr(kit_samplers, "wrong_" + guarantee.replace("-", "_"))
+
+
+def stock(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return StockSampler(dataset, num_replicas, rank, seed=seed)
+
+
+def test_the_guarantee_ids_are_the_issue_s() -> None:
+    assert (
+        list(kit.GUARANTEES)
+        == list(kit.CHECKS)
+        == [
+            "len-matches-iteration",
+            "equal-length-across-ranks",
+            "equal-batch-counts",
+            "covers-dataset",
+            "exactly-once",
+            "no-tiny-batch",
+            "reshuffles-with-set-epoch",
+            "deterministic",
+            "resumes-same-world-size",
+            "resumes-other-world-size",
+        ]
+    )
+
+
+@pytest.mark.parametrize("guarantee", list(kit.CHECKS))
+def test_the_kit_finds_each_deliberate_violation_with_a_counterexample(guarantee: str) -> None:
+    result = kit.check_guarantee(_wrong(guarantee), guarantee)
+    assert result.holds is False, result
+    found = result.counterexample
+    assert found is not None
+    assert {"dataset_size", "world_size", "batch_size", "rank", "epoch", "what"} <= set(found)
+    assert found["what"] and result.experience
+    assert 0 <= found["dataset_size"] <= kit.MAX_DATASET_SIZE
+    if guarantee == "deterministic":
+        return  # the configuration alone does not replay another process's global RNG
+    arguments = {
+        name: found[name]
+        for name in ("dataset_size", "world_size", "batch_size", "epoch", "taken")
+        if name in found
+    }
+    if "other_world_size" in found:
+        arguments["other_world_size"] = found["other_world_size"]
+    with pytest.raises(AssertionError, match=guarantee):
+        kit.CHECKS[guarantee](_wrong(guarantee), kit.Configuration(**arguments))
+
+
+@pytest.mark.parametrize("guarantee", list(kit.CHECKS))
+def test_the_kit_finds_no_violation_in_our_samplers_that_give_it(guarantee: str) -> None:
+    result = kit.check_guarantee(HOLDERS[guarantee], guarantee)
+    assert result.holds is True, result
+    assert result.counterexample is None
+
+
+def test_counterexamples_are_shrunk_to_the_smallest_case() -> None:
+    # A batch of one out of four is the smallest tiny batch: 5 samples on one rank.
+    result = kit.check_guarantee(kit_samplers.wrong_no_tiny_batch, "no-tiny-batch")
+    assert result.counterexample is not None
+    shown = {k: result.counterexample[k] for k in ("dataset_size", "world_size", "batch_size")}
+    assert shown == {"dataset_size": 5, "world_size": 1, "batch_size": 4}
+
+
+def test_a_sampler_that_differs_only_in_a_fresh_process_is_not_deterministic() -> None:
+    # The same in this process (the in-process search holds), not in another one.
+    kit.deterministic(kit_samplers.hash_seeded, kit.Configuration(dataset_size=20, world_size=2))
+    result = kit.check_guarantee(kit_samplers.hash_seeded, "deterministic")
+    assert result.holds is False
+    assert result.counterexample is not None
+    assert "a fresh process yields a different order" in result.counterexample["what"]
+
+
+def test_a_factory_not_importable_by_name_is_compared_in_this_process_only() -> None:
+    def local(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+        return kit_samplers.hash_seeded(dataset, num_replicas, rank, seed)
+
+    result = kit.check_guarantee(local, "deterministic")
+    assert result.holds is True
+    assert "not compared with a fresh process" in result.detail
+
+
+def test_the_thorough_search_finds_the_violation_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kit, "CHECKS", {"covers-dataset": kit.covers_dataset})
+    reference = "kit_samplers:wrong_covers_dataset"
+    assert main(["check", reference, "--thorough", "--format", "json"]) == 1
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["holds"] is False
+    assert record["counterexample"]["dataset_size"] % record["counterexample"]["world_size"]
+
+
+def test_the_stock_sampler_pads_and_has_no_resume() -> None:
+    frame = kit.check(stock)
+    holds = dict(zip(frame["guarantee"], frame["holds"], strict=True))
+    assert holds["exactly-once"] is False
+    assert holds["equal-batch-counts"] is True
+    assert holds["resumes-same-world-size"] is None
+    assert holds["resumes-other-world-size"] is None
+    assert list(frame.columns) == ["guarantee", "holds", "counterexample", "detail", "experience"]
+    unsupported = frame[frame["guarantee"] == "resumes-same-world-size"].iloc[0]
+    assert unsupported["counterexample"] is None
+    assert "state_dict" in unsupported["detail"]
+
+
+def test_the_plain_functions_work_in_a_user_s_own_test() -> None:
+    config = kit.Configuration(dataset_size=10, world_size=4, batch_size=2, epoch=1, taken=3)
+    for function in kit.CHECKS.values():
+        function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
+    kit.exactly_once(kit_samplers.ours_uneven, config)
+    kit.resumes_other_world_size(kit_samplers.ours_batches_pad, config)
+    with pytest.raises(AssertionError, match=r"exactly-once \(epoch 1\): 2 indices"):
+        kit.exactly_once(stock, config)
+    with pytest.raises(kit.Unsupported, match="state_dict"):
+        kit.resumes_same_world_size(stock, config)
+
+
+def test_a_batch_sampler_is_told_from_what_it_yields() -> None:
+    def batches(dataset, num_replicas, rank, batch_size):  # type: ignore[no-untyped-def]
+        return DistributedBatchSampler(dataset, batch_size, num_replicas, rank, tail="drop")
+
+    def indices(dataset, num_replicas, rank):  # type: ignore[no-untyped-def]
+        return DistributedSampler(dataset, num_replicas, rank, tail="drop")
+
+    config = kit.Configuration(dataset_size=11, world_size=2, batch_size=3)
+    # 11 samples in full batches of 3 on 2 ranks: one step of 2 batches each, 5 dropped;
+    # the index sampler drops 1 and a DataLoader batches each rank's 5 as 3 + 2.
+    with pytest.raises(AssertionError, match="5 of 11 indices reach no rank"):
+        kit.covers_dataset(batches, config)
+    with pytest.raises(AssertionError, match="1 of 11 indices reach no rank"):
+        kit.covers_dataset(indices, config)
+    kit.no_tiny_batch(indices, config)
+    kit.equal_batch_counts(indices, config)
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_configuration_names_a_bad_value(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"dataset_size must be an integer >= 0, got"):
+        kit.Configuration(dataset_size=bad, world_size=2)  # type: ignore[arg-type]
+
+
+def test_check_rejects_a_factory_that_builds_no_sampler() -> None:
+    with pytest.raises(TypeError, match="returned int, not a sampler"):
+        kit.check(kit_samplers.not_a_sampler)
+    with pytest.raises(ValueError, match="guarantee must be one of"):
+        kit.check_guarantee(stock, "fast")
+
+
+def test_configurations_a_sampler_raises_for_are_skipped_and_said() -> None:
+    class Broken:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            if self.size > 3:
+                raise RuntimeError("boom")
+            return iter(range(self.size))
+
+    def broken(dataset):  # type: ignore[no-untyped-def]
+        return Broken(len(dataset))
+
+    result = kit.check_guarantee(broken, "covers-dataset")
+    assert result.holds is True
+    skipped = re.search(r"the sampler raised for \(e\.g\. dataset_size=(\d+), ", result.detail)
+    assert skipped is not None, result.detail
+    assert int(skipped.group(1)) > 3
+    assert "RuntimeError: boom" in result.detail
+
+
+# --- dsampler check -----------------------------------------------------------------------------
+
+
+def test_cli_json_lists_every_guarantee(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["check", "kit_samplers:wrong_equal_batch_counts", "--format", "json"])
+    records = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert [record["guarantee"] for record in records] == list(kit.GUARANTEES)
+    assert all(
+        set(record) == {"guarantee", "holds", "counterexample", "detail"} for record in records
+    )
+    by_id = {record["guarantee"]: record for record in records}
+    assert by_id["equal-batch-counts"]["holds"] is False
+    assert by_id["equal-batch-counts"]["counterexample"]["world_size"] >= 2
+    assert by_id["exactly-once"] == {
+        "guarantee": "exactly-once",
+        "holds": True,
+        "counterexample": None,
+        "detail": by_id["exactly-once"]["detail"],
+    }
+    assert by_id["resumes-same-world-size"]["holds"] is None
+
+
+def test_cli_table_says_what_a_user_sees(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "kit_samplers:wrong_no_tiny_batch"]) == 1
+    out = capsys.readouterr().out
+    assert "N=5 W=1 B=4, rank 0, epoch 0: batch 1 holds 1 sample, batch size 4" in out
+    assert "BatchNorm" in out
+    assert "not supported" in out
+
+
+def test_cli_exit_status_says_whether_a_guarantee_is_violated(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "kit_samplers:ours_batches_pad", "--format", "json"]) == 1
+    records = json.loads(capsys.readouterr().out)
+    assert {r["guarantee"] for r in records if r["holds"] is False} == {"exactly-once"}
+    monkeypatch.setattr(kit, "CHECKS", {"exactly-once": kit.exactly_once})
+    assert main(["check", "kit_samplers:ours_uneven", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["holds"] is True
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("no_such_module_here:factory", "cannot import module 'no_such_module_here'"),
+        ("kit_samplers:nope", "module 'kit_samplers' has no attribute 'nope'"),
+        ("kit_samplers:math", "'kit_samplers:math' is a module, not a callable factory"),
+        ("kit_samplers:not_a_sampler", "kit_samplers:not_a_sampler returned int, not a sampler"),
+        ("kit_samplers", "expected MODULE:FACTORY, got 'kit_samplers'"),
+    ],
+)
+def test_cli_names_a_bad_factory_in_one_line(
+    reference: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", reference]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert message in captured.err
+
+
+def test_cli_says_which_extra_when_hypothesis_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "hypothesis", None)
+    assert main(["check", "kit_samplers:ours_uneven"]) == 2
+    assert "install the test extra" in capsys.readouterr().err
+
+
+def test_importing_samplers_imports_neither_the_kit_nor_its_libraries() -> None:
+    code = (
+        "import sys, samplers\n"
+        "print(sorted(m for m in ('samplers.testing', 'hypothesis', 'pandas') if m in sys.modules))"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert finished.stdout.strip() == "[]"
+
+
+# --- the matrix (reports/guarantees.md) ---------------------------------------------------------
+
+
+def test_the_matrix_claim_holds_for_its_samplers() -> None:
+    def holds(factory: kit.Factory, guarantee: str) -> bool | None:
+        return kit.check_guarantee(factory, guarantee).holds
+
+    # Padding repeats, dropping loses, neither pads nor drops: unequal batch counts unless
+    # batches are laid out a step at a time.
+    assert holds(peers.torch_pad, "exactly-once") is False
+    assert holds(peers.torch_drop, "covers-dataset") is False
+    assert holds(peers.ours_uneven, "equal-batch-counts") is False
+    assert holds(peers.ours_batches_uneven, "exactly-once") is True
+    assert holds(peers.ours_batches_uneven, "equal-batch-counts") is True
+    assert holds(peers.ours_batches_uneven, "equal-length-across-ranks") is False
+    # Only samplers with state_dict resume; ours on another world size, torchdata's not.
+    assert holds(peers.torch_pad, "resumes-same-world-size") is None
+    assert holds(peers.ours_pad, "resumes-other-world-size") is True
+    pytest.importorskip("torchdata")
+    assert holds(peers.torchdata_stateful, "resumes-same-world-size") is True
+    assert holds(peers.torchdata_stateful, "resumes-other-world-size") is False
+
+
+def test_a_peer_that_is_not_installed_is_a_column_marked_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    missing = next(c for c in peers.COLUMNS if c.name == "torchdata")
+    monkeypatch.setitem(sys.modules, missing.module, None)  # import fails as if not installed
+    stock_column = peers.COLUMNS[0]
+    monkeypatch.setattr(guarantees, "COLUMNS", (stock_column, missing))
+    frame = guarantees.cells()
+    assert set(frame[frame["sampler"] == "torchdata"]["result"]) == {peers.NOT_INSTALLED}
+    assert set(frame[frame["sampler"] == stock_column.name]["result"]) == {
+        "held",
+        "violated",
+        "not supported",
+    }
+    wide = guarantees.matrix(frame)
+    assert list(wide.columns) == ["guarantee", stock_column.name, "torchdata"]
+    assert list(wide["guarantee"]) == list(kit.GUARANTEES)
+    assert set(wide["torchdata"]) == {peers.NOT_INSTALLED}
+    exactly_once = wide.set_index("guarantee").loc["exactly-once", stock_column.name]
+    assert exactly_once == "[violated](#where-exactly-once-fails): N=1 W=2 B=1"
+
+
+def test_a_permutation_this_version_lacks_is_marked_not_available() -> None:
+    column = peers.Column("ours other", "-", peers.ours_pad, keyword="no_such_keyword")
+    assert peers.unavailable(column) == peers.NOT_AVAILABLE
+    assert peers.unavailable(peers.COLUMNS[2]) == ""
+
+
+def test_the_readme_kit_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "testing" in b]
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "exactly-once" in out and "resumes-other-world-size" in out
