@@ -302,7 +302,14 @@ def test_the_matrix_claim_holds_for_its_samplers() -> None:
     assert holds(peers.torch_drop, "covers-dataset") is False
     assert holds(peers.ours_uneven, "equal-batch-counts") is False
     assert holds(peers.ours_batches_uneven, "exactly-once") is True
-    assert holds(peers.ours_batches_uneven, "equal-batch-counts") is True
+    assert holds(peers.ours_batches_pad, "equal-batch-counts") is True
+    # The batch sampler's documented exception: with "uneven", batch size 1 and a world
+    # size that does not divide the dataset (or fewer samples than ranks), exactly once
+    # wins over equal batch counts.
+    uneven = kit.check_guarantee(peers.ours_batches_uneven, "equal-batch-counts")
+    assert uneven.holds is False and uneven.counterexample is not None
+    example = uneven.counterexample
+    assert example["batch_size"] == 1 or example["dataset_size"] < example["world_size"]
     assert holds(peers.ours_batches_uneven, "equal-length-across-ranks") is False
     # Only samplers with state_dict resume; ours on another world size, torchdata's not.
     assert holds(peers.torch_pad, "resumes-same-world-size") is None

@@ -20,9 +20,10 @@ CLAIM = (
     "Searched by the same derandomised hypothesis search as `dsampler check` (dataset sizes "
     "0 to 3000, world sizes and batch sizes 1 to 16), no sampler gives all ten guarantees: "
     "a sampler that pads repeats samples, one that drops loses them, one that neither pads "
-    "nor drops gives ranks unequal batch counts unless it lays out batches a step at a "
-    "time, and only samplers with state_dict can resume, of which torchdata's loses samples "
-    "when resumed on another world size and ours does not."
+    "nor drops gives ranks unequal batch counts somewhere (ours, laying out batches a step "
+    "at a time, only with fewer samples than ranks or with batch size 1 when the world "
+    "size does not divide the dataset), and only samplers with state_dict can resume, of "
+    "which torchdata's loses samples when resumed on another world size and ours does not."
 )
 GUARDED_BY = "tests/test_kit.py::test_the_matrix_claim_holds_for_its_samplers"
 SLOW = True
