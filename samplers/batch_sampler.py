@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch.utils.data import Sampler
@@ -17,9 +18,9 @@ __all__ = ["DistributedBatchSampler"]
 class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     """Yields this rank's batches of the epoch; every rank yields the same number.
 
-    Guarantee: whenever the dataset has at least as many samples as ranks, every rank
-    yields the same number of batches (``len(sampler)``; one exception below), so a
-    collective run once per
+    Guarantee: whenever the epoch has at least as many samples (left, for a resumed epoch)
+    as ranks, every rank yields the same number of batches (``len(sampler)``; one exception
+    below, and a warning whenever counts differ), so a collective run once per
     batch (DDP's gradient all-reduce, a metric ``all_reduce``) cannot wait forever on a
     rank that has finished. Why: batches are laid out a step at a time, one batch per
     rank per step (step ``k`` takes a contiguous range of the epoch order), instead of
@@ -101,6 +102,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         self.dataset = dataset
         self.epoch = 0
         self._init_epochs(auto_epoch)
+        self._warned_unequal = False
 
     @property
     def drop_last(self) -> bool:
@@ -131,12 +133,34 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
             plan, taken = self.plan(), 0
         else:
             plan, taken = self._plan_with(resumed[0]), resumed[1]
+        self._warn_unequal(plan.layout)
         self._iterator = BatchIterator(plan, self.rank, taken)
         return self._iterator
 
+    def _warn_unequal(self, layout: Layout) -> None:
+        """Warn once when this epoch gives ranks different numbers of batches.
+
+        Only ``tail="uneven"`` can, when fewer samples remain than ranks (a tiny dataset,
+        or a resumed epoch with less left than the new world size) or with batch size 1
+        and a world size that does not divide them: every sample exactly once wins.
+        """
+        counts = {layout.count(rank) for rank in range(layout.world_size)}
+        if len(counts) > 1 and not self._warned_unequal:
+            self._warned_unequal = True
+            warnings.warn(
+                f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
+                f"{max(counts)} batches this epoch ({layout.remaining} samples left for "
+                f"{layout.world_size} ranks, batch size {layout.batch_size}): a collective "
+                "run once per batch would wait on the ranks with fewer; use tail='pad' or "
+                "DDP's join()",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def __len__(self) -> int:
         """Batches this rank yields this epoch (the same on every rank, see above)."""
-        return self.plan().layout.count(self.rank)
+        remaining = self._remaining_count()
+        return self.plan().layout.count(self.rank) if remaining is None else remaining
 
     def __repr__(self) -> str:
         return (

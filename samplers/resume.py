@@ -13,6 +13,11 @@ Over the resumed epoch, with the ranks in lockstep: with tail ``"uneven"`` every
 seen exactly once; with ``"pad"`` at least once, and fewer than the new world size (times
 the batch size, for the batch sampler) repeated; with ``"drop"`` none twice.
 
+With a loaded state pending, ``len(sampler)`` is what iterating it will yield (the rest of
+the epoch on this rank). Fields that contradict each other (a ``stop`` that the dataset
+length, world size, tail and start do not give, more taken than the rank had) raise;
+a state that is consistent but from another run cannot be told apart.
+
 A state saved once the iteration has handed out its last index describes what the
 sampler does next: a fresh iteration at its current epoch (after ``set_epoch(e + 1)``,
 epoch ``e + 1``), exactly as the uninterrupted sampler would.
@@ -31,7 +36,7 @@ from typing import Any
 
 from samplers import agreement, checks
 from samplers.epochs import EpochCounter
-from samplers.plan import TAILS, Batched, EpochPlan, Layout, ShardSizes, Strided
+from samplers.plan import TAILS, Batched, EpochPlan, Layout, ShardSizes, Strided, strided_stop
 
 __all__ = ["STATE_VERSION", "Resumable"]
 
@@ -155,7 +160,13 @@ class Resumable(EpochCounter):
         where the saved rank stopped; otherwise this sampler's layout from the global
         position the saved ranks reached.
         """
-        pending, self._pending = self._pending, None
+        resumed = self._peek_resumed()
+        self._pending = None
+        return resumed
+
+    def _peek_resumed(self) -> tuple[Layout, int] | None:
+        """What :meth:`_resumed_layout` would return now, without taking the state up."""
+        pending = self._pending
         if pending is None or pending["epoch"] != self.epoch or pending["seed"] != self.seed:  # type: ignore[attr-defined]
             return None
         saved = _saved_layout(pending)
@@ -170,6 +181,18 @@ class Resumable(EpochCounter):
 
     def _tail(self) -> str:
         return self.tail  # type: ignore[attr-defined,no-any-return]
+
+    def _remaining_count(self) -> int | None:
+        """With a loaded state pending for this epoch: what iterating it will yield."""
+        resumed = self._peek_resumed()
+        if resumed is None:
+            return None
+        layout, taken = resumed
+        return layout.count(checks.as_int("rank", self.rank)) - taken  # type: ignore[attr-defined]
+
+    def _accepted_stop(self, state: Mapping[str, Any], natural: int) -> bool:
+        """Whether a strided state's ``stop`` fits (a subclass may allow overridden sizes)."""
+        return state["stop"] == natural
 
     # State ------------------------------------------------------------------------------
 
@@ -207,16 +230,21 @@ class Resumable(EpochCounter):
             # layout's end the epoch is over and the state is that of a fresh iteration.
             if layout.consumed(taken) >= layout.stop:
                 layout = None
+        last_epoch = self._last_epoch
         if layout is None:
             layout = self._fresh_layout(0)
             plan_epoch, start, taken = self.epoch, 0, 0
         else:
             plan_epoch, start = iterator.plan.epoch, layout.start
+            if taken == 0 and start == 0 and self._undo is not None:
+                # Nothing of this epoch consumed yet: the state is its start, so the
+                # epoch bookkeeping is as it was before this iteration began.
+                last_epoch = self._undo[0]
         return {
             "version": STATE_VERSION,
             "sampler": type(self).__name__,
             "epoch": checks.epoch(plan_epoch),
-            "last_epoch": self._last_epoch,
+            "last_epoch": last_epoch,
             "seed": checks.seed(self.seed),  # type: ignore[attr-defined]
             "shuffle": bool(self.shuffle),  # type: ignore[attr-defined]
             "permutation": self._permutation(),
@@ -240,6 +268,17 @@ class Resumable(EpochCounter):
         mistyped, negative or inconsistent field.
         """
         checked = _checked(state, type(self).__name__, self._dataset_length())
+        if checked["batch_size"] is None:
+            natural = strided_stop(
+                checked["dataset_length"], checked["world_size"], checked["tail"], checked["start"]
+            )
+            if not self._accepted_stop(checked, natural):
+                raise ValueError(
+                    f"state field 'stop' is {checked['stop']}, but {checked['dataset_length']} "
+                    f"samples over world_size={checked['world_size']} with tail "
+                    f"{checked['tail']!r} from start={checked['start']} end at {natural}: "
+                    "the state is corrupted"
+                )
         if checked["permutation"] != self._permutation():
             raise ValueError(
                 f"state field 'permutation' is {checked['permutation']!r}, this sampler draws "
@@ -348,6 +387,11 @@ def _checked(state: Any, kind: str, dataset_length: int) -> dict[str, Any]:
         layout = _saved_layout(checked)
     except ValueError as error:
         raise ValueError(f"state fields 'start'/'stop'/'batch_size' do not fit: {error}") from None
+    if checked["batch_size"] is not None and checked["stop"] != layout.stop:
+        raise ValueError(
+            f"state field 'stop' is {checked['stop']}, but the batches it describes end at "
+            f"{layout.stop}: the state is corrupted"
+        )
     count = layout.count(checked["rank"])
     if checked["taken"] > count:
         raise ValueError(

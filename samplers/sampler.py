@@ -37,7 +37,8 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
       builds a Python list of the whole dataset every epoch;
     * bad arguments fail as early as they can be seen, with an error naming the argument
       and its value, always an instance of the exception type the stock sampler raises
-      for the same input (later, or with a misleading message): see ``README.md``;
+      for the same bad argument (later, or with a misleading message; with several bad
+      arguments at once the first one checked may differ): see ``README.md``;
     * ``drop_last=True`` with fewer samples than replicas warns, because every rank
       then receives nothing, and so does a dataset whose length changed after the
       sampler was built (the stock sampler silently pads from the stale sizes);
@@ -221,7 +222,14 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         return self._iterator
 
     def __len__(self) -> int:
-        return self.num_samples
+        remaining = self._remaining_count()
+        return self.num_samples if remaining is None else remaining
+
+    def _accepted_stop(self, state: Any, natural: int) -> bool:
+        # A subclass may override total_size (the stock sampler trusts it, and so do we).
+        return super()._accepted_stop(state, natural) or (
+            state["start"] == 0 and state["stop"] == self.total_size
+        )
 
     def __repr__(self) -> str:
         return (

@@ -4,7 +4,8 @@ Guarantee: :class:`ShareIterator` yields exactly ``plan.rank_indices(rank)[taken
 Python ints and :class:`BatchIterator` exactly ``plan.rank_batches(rank)[taken:]``; both
 turn indices into Python objects one chunk at a time. Pickled at any point, either
 stores only the plan's settings, the rank and how far it got (a few hundred bytes,
-whatever the dataset size) and, unpickled, yields exactly the rest.
+whatever the dataset size; a wrapped sampler's stream is the exception, it is carried
+along) and, unpickled, yields exactly the rest.
 
 ``taken`` is the count of indices (batches) handed out so far: the progress a
 checkpoint records.
@@ -153,7 +154,7 @@ def _share(plan: EpochPlan, rank: int) -> torch.Tensor | None:
         # A view of the whole table when it is all this rank's; otherwise a copy, so the
         # table itself can be freed.
         return inside if inside.numel() == table.numel() else inside.clone()
-    return torch.cat([inside.long(), plan.indices_at(padded)])
+    return torch.cat([inside, plan.indices_at(padded).to(inside.dtype)])
 
 
 class BatchIterator(_Chunked[list[int]]):

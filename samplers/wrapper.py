@@ -43,8 +43,12 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
     draw its own, unseeded stream and keep every W-th index gives overlapping parts and
     loses samples (see the report's wrapper finding).
 
-    ``set_epoch`` reaches the wrapped sampler when it has one. ``len()`` is this rank's
-    share of ``len(sampler)``; the wrapped sampler must yield exactly that many indices.
+    The epoch reaches the wrapped sampler's ``set_epoch`` when it has one, before each
+    stream is drawn (whether ``set_epoch``, ``auto_epoch`` or a loaded state set it).
+    ``len()`` is this rank's share of ``len(sampler)``; the wrapped sampler must yield
+    exactly that many indices. Unlike the other samplers, the wrapper keeps the current
+    stream (``len(sampler)`` int64 indices), and its iterators carry it when pickled: it
+    is the epoch's order and cannot be drawn again without the wrapped sampler.
 
     Example::
 
@@ -103,6 +107,9 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         if self._stream is not None and self._stream[0] == (seed, epoch):
             return self._stream[1]
         key = checked_key(seed, epoch)
+        inner_set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(inner_set_epoch):
+            inner_set_epoch(epoch)  # also when auto_epoch or a loaded state set the epoch
         with _seeded(self.sampler, key):
             drawn = [_index(value) for value in self.sampler]
         expected = len(self.sampler)
@@ -153,6 +160,9 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         return self._iterator
 
     def __len__(self) -> int:
+        remaining = self._remaining_count()
+        if remaining is not None:
+            return remaining
         tail = checks.tail(self.tail, drop_last=False)
         layout = Strided.of(len(self.sampler), checks.world_size(self.num_replicas), tail)
         return layout.count(self.rank)

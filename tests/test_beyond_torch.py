@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import warnings
 from collections import Counter
+from itertools import islice
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from strategies import StockSampler, dataset_sizes, seeds
 from torch.utils.data import (
     DataLoader,
     RandomSampler,
+    Sampler,
     SequentialSampler,
     SubsetRandomSampler,
     WeightedRandomSampler,
@@ -457,3 +459,57 @@ def test_unshard_rejects_parts_that_do_not_fit() -> None:
         unshard([[0] * 4, [0] * 2, [0] * 3], samplers_[0])
     with pytest.raises(TypeError, match="sampler must be one of this package's samplers"):
         unshard([[0] * 10], StockSampler(range(10), 1, 0))
+
+
+def test_a_resumed_uneven_epoch_with_fewer_samples_left_than_ranks_warns() -> None:
+    old = DistributedBatchSampler(range(10), 4, 1, 0, shuffle=False, tail="uneven")
+    iterator = iter(old)
+    next(iterator), next(iterator)  # batches of 4 and 3 (balanced): 7 of 10 consumed
+    state = old.state_dict()
+    counts = []
+    for rank in range(4):
+        new = DistributedBatchSampler(range(10), 4, 4, rank, shuffle=False, tail="uneven")
+        new.load_state_dict(state)
+        with pytest.warns(UserWarning, match=r"gives ranks 0 or 1 batches this epoch"):
+            batches = list(new)
+        counts.append(len(batches))
+        assert all(batches)  # never an empty batch
+    assert counts == [1, 1, 1, 0]  # the 3 samples left, one per rank, exactly once
+
+
+class CurriculumSampler(Sampler[int]):
+    """An epoch-aware sampler: epoch e draws from the first 4 + 2e samples."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return 8
+
+    def __iter__(self):
+        return iter(torch.randint(4 + 2 * self.epoch, (8,)).tolist())
+
+
+def test_the_wrapped_sampler_gets_every_epoch_also_from_auto_epoch_and_a_state() -> None:
+    wrapper = DistributedSamplerWrapper(CurriculumSampler(), 1, 0, auto_epoch=True)
+    for epoch in range(3):
+        list(wrapper)
+        assert wrapper.sampler.epoch == wrapper.epoch == epoch
+    saved = DistributedSamplerWrapper(CurriculumSampler(), 1, 0)
+    saved.set_epoch(3)
+    iterator = iter(saved)
+    list(islice(iterator, 3))
+    state, rest = saved.state_dict(), list(iterator)
+    resumed = DistributedSamplerWrapper(CurriculumSampler(), 1, 0)
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest
+    assert resumed.sampler.epoch == 3
+
+
+def test_padded_shares_stay_int32() -> None:
+    for rank in range(4):
+        iterator = iter(DistributedSampler(range(10), 4, rank))
+        assert iterator._share is not None and iterator._share.dtype == torch.int32

@@ -335,3 +335,62 @@ class Resuming(RuleBasedStateMachine):
 
 Resuming.TestCase.settings = settings(settings.default, stateful_step_count=12)
 test_resuming_state_machine = Resuming.TestCase
+
+
+@pytest.mark.parametrize("kind", ["sampler", "batch"])
+def test_a_state_saved_before_anything_was_consumed_resumes_that_epoch(kind: str) -> None:
+    def build():
+        if kind == "sampler":
+            return DistributedSampler(range(8), 2, 0, auto_epoch=True)
+        return DistributedBatchSampler(range(8), 2, 2, 0, auto_epoch=True)
+
+    sampler = build()
+    list(sampler)  # epoch 0
+    iterator = iter(sampler)  # auto_epoch: epoch 1
+    expected = [next(iterator), *iterator]
+    state = sampler.state_dict(consumed=0)
+    resumed = build()
+    resumed.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "iterated again" warning either
+        assert list(resumed) == expected
+    assert resumed.epoch == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_len_is_what_the_resumed_epoch_yields(kind: str) -> None:
+    sampler = make(kind, 100, 4, 1, "pad", seed=3)
+    iterator = iter(sampler)
+    list(islice(iterator, 5))
+    resumed = make(kind, 100, 2, 1, "uneven", seed=3)
+    resumed.load_state_dict(sampler.state_dict())
+    assert len(resumed) == len(list(resumed))
+    assert len(resumed) == len(make(kind, 100, 2, 1, "uneven", seed=3))  # fresh again
+
+
+def test_a_stop_that_the_other_fields_do_not_give_is_corrupted() -> None:
+    sampler = DistributedSampler(range(100), 4, 1)
+    list(islice(iter(sampler), 5))
+    state = sampler.state_dict()
+    for field, value in (("stop", 40), ("stop", 104)):
+        broken = {**state, field: value}
+        with pytest.raises(ValueError, match=f"'stop' is {value}, but 100 samples .* end at 100"):
+            DistributedSampler(range(100), 4, 1).load_state_dict(broken)
+    batched = DistributedBatchSampler(range(100), 3, 4, 1)
+    next(iter(batched))
+    with pytest.raises(ValueError, match="'stop' is 7, but the batches it describes end at"):
+        DistributedBatchSampler(range(100), 3, 4, 1).load_state_dict(
+            {**batched.state_dict(), "stop": 7}
+        )
+
+
+def test_a_sampler_with_overridden_sizes_loads_its_own_state() -> None:
+    sampler = DistributedSampler(range(10), 2, 1)
+    sampler.num_samples, sampler.total_size = 8, 16  # pads further, as a subclass may
+    expected = list(sampler)
+    iterator = iter(sampler)
+    list(islice(iterator, 3))
+    resumed = DistributedSampler(range(10), 2, 1)
+    resumed.num_samples, resumed.total_size = 8, 16
+    resumed.load_state_dict(sampler.state_dict())
+    assert list(resumed) == expected[3:]
