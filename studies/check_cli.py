@@ -117,7 +117,8 @@ def render_table(reference: str, results: list[Any]) -> str:
             result.guarantee,
             SHOWN[result.holds],
             counterexample_text(result.counterexample),
-            result.experience or (result.detail if result.holds is None else ""),
+            result.experience
+            or (result.detail if result.holds is None or "skipped" in result.detail else ""),
         ]
         for result in results
     ]

@@ -51,6 +51,9 @@ __all__ = ["build_parser", "main", "render_table"]
 
 FORMATS = ("table", "csv", "json")
 
+#: observe's --timeout bound (a week): a process-group timeout must be a finite timedelta.
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
 #: explain and observe list every batch of every rank; past this, use --summary.
 EXPLAIN_MAX_DATASET_SIZE = 100_000
 #: explain builds one DataLoader per rank in this process.
@@ -459,8 +462,10 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     )
 
     _check_bounds(parser, args)
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        parser.error(
+            f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
     case = _case(parser, args, world_size=1)  # the group gives the world size
     options = _loader_options(parser, args, case)
     try:

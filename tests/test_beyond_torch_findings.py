@@ -8,6 +8,7 @@ written out, strided parts built by hand), not read from the study code.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from fractions import Fraction
 
@@ -246,6 +247,21 @@ def test_wrapped_streams_overlap_unless_seeded() -> None:
 
 
 # --- tail policies -------------------------------------------------------------------------
+
+
+def test_tail_policy_prose_counts_are_consistent() -> None:
+    frame, identical = tail_policies.measure()
+    prose = tail_policies.describe(frame, tail_policies.table(frame), identical)
+    unequal, batch_one, larger, below = map(
+        int,
+        re.search(
+            r"unequal batch counts in (\d+) configurations: (\d+) with batch size 1 .*?"
+            r"and (\d+) with batch size 2 or more, of which (\d+) had",
+            prose,
+        ).groups(),
+    )
+    assert batch_one + larger == unequal
+    assert below <= larger
 
 
 def test_tail_policy_table() -> None:

@@ -354,3 +354,10 @@ def test_the_readme_kit_example_runs(capsys: pytest.CaptureFixture[str]) -> None
     exec(compile(blocks[0], "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "exactly-once" in out and "resumes-other-world-size" in out
+
+
+def test_cli_table_shows_what_the_search_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check", "kit_crashing:crashing"])
+    out = capsys.readouterr().out
+    held = [line for line in out.splitlines() if line.startswith("len-matches-iteration")]
+    assert held and "skipped" in held[0] and "RuntimeError: refused" in held[0]

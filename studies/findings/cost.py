@@ -24,8 +24,8 @@ CLAIM = (
     "Before yielding its first index, the stock sampler turns the whole epoch order into a "
     "list of Python ints, so its Python-heap peak grows in proportion to the dataset; ours "
     "converts only this rank's share, a bounded chunk at a time, so its peak stops growing. "
-    "Ours uses less only past a crossover size, measured here for each quantity; on tiny "
-    "datasets, and in tensor bytes at every size, it uses more."
+    "Ours uses less only past a crossover size, measured here for each quantity; on the "
+    "smallest datasets it uses more."
 )
 GUARDED_BY = "tests/test_findings.py::test_stock_heap_grows_with_n_and_ours_is_bounded"
 SLOW = True

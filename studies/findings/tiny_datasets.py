@@ -129,7 +129,7 @@ def build() -> Evidence:
         f"{len(dropped)} of {len(dropped)} configurations; the stock sampler raised "
         f"{int(dropped['stock warnings'].sum())} warnings over all of them, ours raised "
         f"{int(dropped['our warnings'].sum())} over the {int(dropped['world size'].sum())} "
-        "samplers built, e.g. "
+        "samplers built with drop_last, e.g. "
         f"`{example_message[0] if example_message else 'none'}`."
     )
     return Evidence(
