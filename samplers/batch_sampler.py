@@ -128,14 +128,9 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         return checks.positive("batch_size", self.batch_size)
 
     def __iter__(self) -> BatchIterator:
-        resumed = self._begin_iteration(self.shuffle is True)
-        if resumed is None:
-            plan, taken = self.plan(), 0
-        else:
-            plan, taken = self._plan_with(resumed[0]), resumed[1]
-        self._warn_unequal(plan.layout)
-        self._iterator = BatchIterator(plan, self.rank, taken)
-        return self._iterator
+        iterator: BatchIterator = self._next_iterator(BatchIterator)
+        self._warn_unequal(iterator.plan.layout)
+        return iterator
 
     def _warn_unequal(self, layout: Layout) -> None:
         """Warn once when this epoch gives ranks different numbers of batches.

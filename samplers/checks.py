@@ -196,11 +196,6 @@ def epoch(value: Any) -> int:
     return as_int("epoch", value, error=EpochTypeError)
 
 
-def seed_fits(seed_value: int, epoch_value: int) -> None:
-    """Raise the ``ValueError`` ``manual_seed`` raises when ``seed + epoch`` is out of range."""
-    checked_key(seed_value, epoch_value)
-
-
 def tail(value: Any, drop_last: bool) -> Tail:
     """The tail policy: ``value`` if given, else the one ``drop_last`` means.
 
@@ -261,7 +256,6 @@ __all__ = [
     "rank",
     "rank_when_iterating",
     "seed",
-    "seed_fits",
     "seed_or_agreed",
     "shuffle_key_fits",
     "tail",

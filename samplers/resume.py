@@ -128,6 +128,17 @@ class Resumable(EpochCounter):
         if self._pending is not None and self._pending["epoch"] != self.epoch:
             self._pending = None  # another epoch starts afresh
 
+    def _next_iterator(self, iterator_type: Any) -> Any:
+        """``iter()``: start (or resume) the epoch and return its iterator, kept for
+        :meth:`state_dict`. ``iterator_type`` is ``ShareIterator`` or ``BatchIterator``."""
+        resumed = self._begin_iteration(self.shuffle is True)  # type: ignore[attr-defined]
+        if resumed is None:
+            plan, taken = self.plan(), 0  # type: ignore[attr-defined]
+        else:
+            plan, taken = self._plan_with(resumed[0]), resumed[1]
+        self._iterator = iterator_type(plan, self.rank, taken)  # type: ignore[attr-defined]
+        return self._iterator
+
     def _begin_iteration(self, shuffle: bool) -> tuple[Layout, int] | None:
         """At ``iter()``: the epoch's bookkeeping, then the pending resumed layout.
 

@@ -151,20 +151,18 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         """
         dataset_size, num_replicas, rank, drop_last, tail = self._placement()
         if tail == "uneven":
-            layout: Layout = Strided.of(dataset_size, num_replicas, tail)
-        else:
-            sizes = ShardSizes.given(
-                dataset_size,
-                num_replicas,
-                drop_last,
-                rank=rank,
-                num_samples=checks.as_int(
-                    "num_samples", self.num_samples, error=checks.AssertionTypeError
-                ),
-                total_size=checks.as_int("total_size", self.total_size),
-            )
-            return self._plan_with(Strided.stock(sizes), sizes)
-        return self._plan_with(layout)
+            return self._plan_with(Strided.of(dataset_size, num_replicas, tail))
+        sizes = ShardSizes.given(
+            dataset_size,
+            num_replicas,
+            drop_last,
+            rank=rank,
+            num_samples=checks.as_int(
+                "num_samples", self.num_samples, error=checks.AssertionTypeError
+            ),
+            total_size=checks.as_int("total_size", self.total_size),
+        )
+        return self._plan_with(Strided.stock(sizes), sizes)
 
     def _placement(self) -> tuple[int, int, int, bool, Tail]:
         """The validated dataset size, world size, rank, drop_last and tail, as now."""
@@ -212,14 +210,8 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
-        resumed = self._begin_iteration(self.shuffle is True)
-        if resumed is None:
-            plan, taken = self.plan(), 0
-        else:
-            self._placement()
-            plan, taken = self._plan_with(resumed[0]), resumed[1]
-        self._iterator = ShareIterator(plan, self.rank, taken)
-        return self._iterator
+        self._placement()  # the attributes as written now, also for a resumed epoch
+        return self._next_iterator(ShareIterator)  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         remaining = self._remaining_count()

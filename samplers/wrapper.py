@@ -88,7 +88,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         self.num_replicas, self.rank = checks.placement(num_replicas, rank)
         self.tail: Tail = checks.tail(tail, drop_last=False)
         self.seed = checks.seed_or_agreed(seed)
-        checks.seed_fits(self.seed, 0)
+        checked_key(self.seed, 0)  # seed + epoch must fit the generator's manual_seed
         self.shuffle = True  # the stream is seeded from (seed, epoch)
         self.epoch = 0
         self._init_epochs(auto_epoch)
@@ -151,13 +151,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
-        resumed = self._begin_iteration(True)
-        if resumed is None:
-            plan, taken = self.plan(), 0
-        else:
-            plan, taken = self._plan_with(resumed[0]), resumed[1]
-        self._iterator = ShareIterator(plan, self.rank, taken)
-        return self._iterator
+        return self._next_iterator(ShareIterator)  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
         remaining = self._remaining_count()
