@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import Sampler
 
 from samplers import checks
-from samplers.plan import Batched, EpochPlan, Layout, Permutation, Tail
-from samplers.resume import Resumable
-from samplers.share import BatchIterator
+from samplers.core import SamplerCore
+from samplers.iterators import BatchIterator
+from samplers.options import Permutation, Tail
+from samplers.plan import Batched, EpochPlan, Layout
 
 __all__ = ["DistributedBatchSampler"]
 
 
-class DistributedBatchSampler(Resumable, Sampler[list[int]]):
+class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
     """Yields this rank's batches of the epoch; every rank yields the same number.
 
     Guarantee: whenever the epoch has at least as many samples (left, for a resumed epoch)
@@ -93,15 +95,15 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         checks.dataset_size(dataset)
         self.batch_size = checks.positive("batch_size", batch_size)
         self.num_replicas, self.rank = checks.placement(num_replicas, rank)
-        self.tail: Tail = checks.tail(tail, drop_last=False)
+        self.tail = checks.tail(tail, drop_last=False)
         self.shuffle = checks.as_flag("shuffle", shuffle)
         self.seed = checks.seed_or_agreed(seed)
-        self.permutation: Permutation = checks.permutation(permutation)
+        self.permutation = checks.permutation(permutation)
         if self.shuffle:
             checks.shuffle_key_fits(self.seed, 0, self.permutation)
         self.dataset = dataset
         self.epoch = 0
-        self._init_epochs(auto_epoch)
+        self._init_core(auto_epoch)
         self._warned_unequal = False
 
     @property
@@ -109,17 +111,13 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         """Whether the tail of the epoch order is dropped (``tail="drop"``)."""
         return self.tail == "drop"
 
-    def plan(self) -> EpochPlan:
-        """The current epoch's plan, read from the attributes as they are now."""
-        return self._plan_with(self._fresh_layout(0))
-
-    def _fresh_layout(self, start: int) -> Layout:
+    def _plan(self, start: int) -> EpochPlan:
         dataset_size = checks.dataset_size(self.dataset)
         num_replicas = checks.world_size(self.num_replicas)
         checks.rank(self.rank, num_replicas)
         tail = checks.tail(self.tail, drop_last=False)
         batch_size = checks.positive("batch_size", self.batch_size)
-        return Batched(dataset_size, num_replicas, batch_size, tail, start)
+        return self._settings_plan(Batched(dataset_size, num_replicas, batch_size, tail, start))
 
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
@@ -127,8 +125,11 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     def _batch_size(self) -> int | None:
         return checks.positive("batch_size", self.batch_size)
 
-    def __iter__(self) -> BatchIterator:
-        iterator: BatchIterator = self._next_iterator(BatchIterator)
+    def _new_iterator(self, plan: EpochPlan) -> BatchIterator:
+        return BatchIterator(plan, checks.as_int("rank", self.rank))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        iterator = self._begin()
         self._warn_unequal(iterator.plan.layout)
         return iterator
 
@@ -139,13 +140,13 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         or a resumed epoch with less left than the new world size) or with batch size 1
         and a world size that does not divide them: every sample exactly once wins.
         """
-        counts = {layout.count(rank) for rank in range(layout.world_size)}
+        counts = set(layout.counts())
         if len(counts) > 1 and not self._warned_unequal:
             self._warned_unequal = True
             warnings.warn(
                 f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
                 f"{max(counts)} batches this epoch ({layout.remaining} samples left for "
-                f"{layout.world_size} ranks, batch size {layout.batch_size}): a collective "
+                f"{layout.world_size} ranks, batch size {self.batch_size}): a collective "
                 "run once per batch would wait on the ranks with fewer; use tail='pad' or "
                 "DDP's join()",
                 UserWarning,
@@ -155,7 +156,9 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
     def __len__(self) -> int:
         """Batches this rank yields this epoch (the same on every rank, see above)."""
         remaining = self._remaining_count()
-        return self.plan().layout.count(self.rank) if remaining is None else remaining
+        if remaining is not None:
+            return remaining
+        return self.plan().layout.count(checks.as_int("rank", self.rank))
 
     def __repr__(self) -> str:
         return (

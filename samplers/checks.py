@@ -15,7 +15,10 @@ from typing import Any
 import torch.distributed as dist
 
 from samplers.agreement import agreed_seed
-from samplers.plan import PERMUTATIONS, SEED_RANGE, TAILS, Permutation, Tail, checked_key
+from samplers.options import PERMUTATIONS, TAILS, Permutation, Tail
+
+#: ``torch.Generator.manual_seed`` accepts exactly this range.
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
 class SeedTypeError(TypeError, RuntimeError):
@@ -213,7 +216,7 @@ def tail(value: Any, drop_last: bool) -> Tail:
             f"drop_last=True contradicts tail={value!r}: drop_last=True means tail='drop'; "
             "pass one of them"
         )
-    return value  # type: ignore[return-value]
+    return TAILS[TAILS.index(value)]
 
 
 def permutation(value: Any) -> Permutation:
@@ -221,7 +224,20 @@ def permutation(value: Any) -> Permutation:
     if not isinstance(value, str) or value not in PERMUTATIONS:
         choices = ", ".join(map(repr, PERMUTATIONS))
         raise ValueError(f"permutation must be one of {choices}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return PERMUTATIONS[PERMUTATIONS.index(value)]
+
+
+def checked_key(seed_value: int, epoch_value: int) -> int:
+    """``seed + epoch``, or the error ``manual_seed`` raises for it, naming both."""
+    key = seed_value + epoch_value
+    low, high = SEED_RANGE
+    if not low <= key <= high:
+        raise ValueError(
+            "Overflow when unpacking long long: seed + epoch must be in "
+            f"[-2**63, 2**64 - 1] (torch.Generator.manual_seed), got seed={seed_value} + "
+            f"epoch={epoch_value} = {key}"
+        )
+    return key
 
 
 def shuffle_key_fits(seed_value: int, epoch_value: int, permutation_value: str) -> None:
@@ -248,6 +264,7 @@ __all__ = [
     "SeedTypeError",
     "as_flag",
     "as_int",
+    "checked_key",
     "dataset_size",
     "epoch",
     "permutation",

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from samplers.plan import EpochPlan, ExplicitOrder
+from samplers.plan import EpochPlan
 
 __all__ = ["Planned", "gather_unsharded", "unshard"]
 
@@ -43,13 +43,6 @@ def _plan_of(sampler: Planned | EpochPlan) -> EpochPlan:
     return plan()
 
 
-def _rank_positions(plan: EpochPlan, rank: int) -> torch.Tensor:
-    positions = plan.layout.positions(rank)
-    if isinstance(positions, list):
-        return torch.cat(positions) if positions else torch.empty(0, dtype=torch.int64)
-    return positions
-
-
 def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> list[Any]:
     """Each sample's result exactly once, in dataset order (index ``i`` at ``[i]``).
 
@@ -68,12 +61,12 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     size = plan.sizes.dataset_size
     # A wrapped sampler's stream may repeat indices or skip some: its results go back
     # in stream order, one per position, instead of in dataset order.
-    by_position = isinstance(plan.ordering, ExplicitOrder)
+    by_position = plan.stream is not None
     if len(parts) != world_size:
         raise ValueError(f"parts must hold one sequence per rank ({world_size}), got {len(parts)}")
     results: list[Any] = [None] * size
     for rank, part in enumerate(parts):
-        positions = _rank_positions(plan, rank)
+        positions = plan.layout.positions(rank)
         if len(part) != positions.numel():
             raise ValueError(
                 f"parts[{rank}] must hold one result per sample rank {rank} received "

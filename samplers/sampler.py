@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers import checks
-from samplers.plan import EpochPlan, Layout, Permutation, ShardSizes, Strided, Tail
-from samplers.resume import Resumable
-from samplers.share import ShareIterator
+from samplers.core import SamplerCore
+from samplers.iterators import ShareIterator
+from samplers.options import Permutation, Tail
+from samplers.plan import EpochPlan, ShardSizes, Strided
 
 __all__ = ["DistributedSampler"]
 
 _T_co = TypeVar("_T_co", covariant=True)
 
 
-class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
+class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
     """Yields exactly what torch's ``DistributedSampler`` yields, with less memory.
 
     Guarantee: for the same dataset length, ``num_replicas``, ``rank``, ``shuffle``,
@@ -95,6 +97,9 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         permutation: ``"randperm"`` (stock, default) or ``"feistel"``.
     """
 
+    #: ``tail="uneven"`` (the other two follow ``drop_last``).
+    _uneven: bool = False
+
     def __init__(
         self,
         dataset: Any,
@@ -125,11 +130,11 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         self.rank = rank
         self.epoch = 0
         self.drop_last = tail == "drop"
-        self.tail: Tail = tail
+        self.tail = tail
         self.shuffle = shuffle
         self.seed = seed
-        self.permutation: Permutation = permutation
-        self._init_epochs(auto_epoch)
+        self.permutation = permutation
+        self._init_core(auto_epoch)
         self._built_size = dataset_size
         self._warned_size = False
         layout = Strided.of(dataset_size, num_replicas, tail)
@@ -143,15 +148,25 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
                 stacklevel=2,
             )
 
-    def plan(self) -> EpochPlan:
-        """The current epoch's plan, read from the attributes as they are now.
+    @property
+    def tail(self) -> Tail:
+        """``"pad"``, ``"drop"`` or ``"uneven"``; ``drop_last`` written after construction
+        switches between the first two, as it does in the stock sampler."""
+        if self._uneven:
+            return "uneven"
+        return "drop" if self.drop_last is True else "pad"
 
-        As in the stock sampler, ``num_samples`` and ``total_size`` are trusted (a
-        subclass may override them) and checked against the dataset's length now.
-        """
+    @tail.setter
+    def tail(self, value: Tail) -> None:
+        self._uneven = value == "uneven"
+
+    def _plan(self, start: int) -> EpochPlan:
+        """The current epoch's plan from ``start``, read from the attributes as they are
+        now. As in the stock sampler, ``num_samples`` and ``total_size`` are trusted (a
+        subclass may override them) and checked against the dataset's length now."""
         dataset_size, num_replicas, rank, drop_last, tail = self._placement()
         if tail == "uneven":
-            return self._plan_with(Strided.of(dataset_size, num_replicas, tail))
+            return self._settings_plan(Strided.of(dataset_size, num_replicas, tail, start))
         sizes = ShardSizes.given(
             dataset_size,
             num_replicas,
@@ -162,7 +177,13 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
             ),
             total_size=checks.as_int("total_size", self.total_size),
         )
-        return self._plan_with(Strided.stock(sizes), sizes)
+        if start == 0:
+            return self._settings_plan(Strided.stock(sizes), sizes)
+        if sizes == ShardSizes.of(dataset_size, num_replicas, drop_last):
+            return self._settings_plan(Strided.of(dataset_size, num_replicas, tail, start))
+        # Overridden sizes: the rest of their layout, padded (or trimmed) as they say.
+        layout = Strided(dataset_size, num_replicas, start, max(sizes.total_size, start))
+        return self._settings_plan(layout, sizes)
 
     def _placement(self) -> tuple[int, int, int, bool, Tail]:
         """The validated dataset size, world size, rank, drop_last and tail, as now."""
@@ -170,21 +191,15 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         num_replicas = checks.world_size(self.num_replicas)
         rank = checks.rank_when_iterating(self.rank, num_replicas, self.num_samples)
         drop_last = checks.as_flag("drop_last", self.drop_last, error=checks.AssertionTypeError)
-        tail = checks.tail(self.tail if self.tail == "uneven" else None, drop_last)
+        tail = checks.tail("uneven" if self._uneven else None, drop_last)
         self._check_size(dataset_size)
         return dataset_size, num_replicas, rank, drop_last, tail
 
     def _dataset_length(self) -> int:
         return checks.dataset_size(self.dataset)
 
-    def _tail(self) -> str:
-        if self.tail == "uneven":
-            return "uneven"
-        return "drop" if self.drop_last is True else "pad"
-
-    def _fresh_layout(self, start: int) -> Layout:
-        dataset_size, num_replicas, _, _, tail = self._placement()
-        return Strided.of(dataset_size, num_replicas, tail, start)
+    def _new_iterator(self, plan: EpochPlan) -> ShareIterator:
+        return ShareIterator(plan, checks.as_int("rank", self.rank))
 
     def _check_size(self, dataset_size: int) -> None:
         """Warn once when the dataset's length changed after the sampler was built."""
@@ -206,24 +221,25 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
             stacklevel=3,
         )
 
-    def __iter__(self) -> ShareIterator:  # type: ignore[override]
+    def __iter__(self) -> Iterator[_T_co]:
+        if not self._initialised:  # a subclass that skipped __init__: the stock sampler
+            return _StockDistributedSampler.__iter__(self)
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.
         self._placement()  # the attributes as written now, also for a resumed epoch
-        return self._next_iterator(ShareIterator)  # type: ignore[no-any-return]
+        iterator: Iterator[_T_co] = self._begin()
+        return iterator
 
     def __len__(self) -> int:
+        if not self._initialised:
+            return int(self.num_samples)
         remaining = self._remaining_count()
         return self.num_samples if remaining is None else remaining
 
-    def _accepted_stop(self, state: Any, natural: int) -> bool:
-        # A subclass may override total_size (the stock sampler trusts it, and so do we).
-        return super()._accepted_stop(state, natural) or (
-            state["start"] == 0 and state["stop"] == self.total_size
-        )
-
     def __repr__(self) -> str:
+        if not self._initialised:
+            return object.__repr__(self)
         return (
             f"{type(self).__name__}(num_replicas={self.num_replicas}, rank={self.rank}, "
             f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "

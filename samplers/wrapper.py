@@ -13,22 +13,15 @@ import torch
 from torch.utils.data import Sampler
 
 from samplers import checks
-from samplers.plan import (
-    EpochPlan,
-    ExplicitOrder,
-    Layout,
-    ShardSizes,
-    Strided,
-    Tail,
-    checked_key,
-)
-from samplers.resume import Resumable
-from samplers.share import ShareIterator
+from samplers.core import SamplerCore
+from samplers.iterators import ShareIterator
+from samplers.options import Tail
+from samplers.plan import EpochPlan, ShardSizes, Strided
 
 __all__ = ["DistributedSamplerWrapper"]
 
 
-class DistributedSamplerWrapper(Resumable, Sampler[int]):
+class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
     """Shards any sampler's stream (weighted, subset, custom) across ranks, exactly.
 
     Guarantee: every rank draws the *same* stream from the wrapped sampler each epoch,
@@ -86,12 +79,13 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
             )
         self.sampler = sampler
         self.num_replicas, self.rank = checks.placement(num_replicas, rank)
-        self.tail: Tail = checks.tail(tail, drop_last=False)
+        self.tail = checks.tail(tail, drop_last=False)
         self.seed = checks.seed_or_agreed(seed)
-        checked_key(self.seed, 0)  # seed + epoch must fit the generator's manual_seed
+        checks.checked_key(self.seed, 0)  # seed + epoch must fit the generator's manual_seed
         self.shuffle = True  # the stream is seeded from (seed, epoch)
+        self.permutation = "stream"
         self.epoch = 0
-        self._init_epochs(auto_epoch)
+        self._init_core(auto_epoch)
         self._stream: tuple[tuple[int, int], torch.Tensor] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -106,7 +100,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         seed, epoch = checks.seed(self.seed), checks.epoch(self.epoch)
         if self._stream is not None and self._stream[0] == (seed, epoch):
             return self._stream[1]
-        key = checked_key(seed, epoch)
+        key = checks.checked_key(seed, epoch)
         inner_set_epoch = getattr(self.sampler, "set_epoch", None)
         if callable(inner_set_epoch):
             inner_set_epoch(epoch)  # also when auto_epoch or a loaded state set the epoch
@@ -121,37 +115,30 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         self._stream = ((seed, epoch), stream)
         return stream
 
-    def plan(self) -> EpochPlan:
-        """The current epoch's plan: the stream, laid out by ``tail``."""
-        return self._plan_with(self._fresh_layout(0))
-
-    def _fresh_layout(self, start: int) -> Layout:
+    def _plan(self, start: int) -> EpochPlan:
         num_replicas = checks.world_size(self.num_replicas)
         checks.rank(self.rank, num_replicas)
         tail = checks.tail(self.tail, drop_last=False)
-        return Strided.of(self._dataset_length(), num_replicas, tail, start)
+        stream = self.stream()
+        size = stream.numel()
+        return EpochPlan(
+            ShardSizes.of(size, num_replicas, drop_last=tail == "drop"),
+            shuffle=True,
+            seed=checks.seed(self.seed),
+            epoch=checks.epoch(self.epoch),
+            layout=Strided.of(size, num_replicas, tail, start),
+            stream=stream,
+        )
 
     def _dataset_length(self) -> int:
         return len(self.sampler)
 
-    def _permutation(self) -> str:
-        return "stream"
-
-    def _plan_with(self, layout: Layout) -> EpochPlan:
-        stream = self.stream()
-        size = stream.numel()
-        sizes = ShardSizes.of(size, layout.world_size, drop_last=self.tail == "drop")
-        return EpochPlan(
-            sizes,
-            shuffle=True,
-            seed=self.seed,
-            epoch=self.epoch,
-            layout=layout,
-            order_given=ExplicitOrder(stream),
-        )
+    def _new_iterator(self, plan: EpochPlan) -> ShareIterator:
+        return ShareIterator(plan, checks.as_int("rank", self.rank))
 
     def __iter__(self) -> Iterator[int]:
-        return self._next_iterator(ShareIterator)  # type: ignore[no-any-return]
+        iterator: Iterator[int] = self._begin()
+        return iterator
 
     def __len__(self) -> int:
         remaining = self._remaining_count()
@@ -159,7 +146,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
             return remaining
         tail = checks.tail(self.tail, drop_last=False)
         layout = Strided.of(len(self.sampler), checks.world_size(self.num_replicas), tail)
-        return layout.count(self.rank)
+        return layout.count(checks.as_int("rank", self.rank))
 
     def settings(self) -> dict[str, Any]:
         """What must agree across ranks, including the wrapped sampler's type."""

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from samplers import DistributedBatchSampler, DistributedSampler
-from samplers.share import BatchIterator, ShareIterator
+from samplers.iterators import BatchIterator, ShareIterator
 
 stateful_dataloader = pytest.importorskip(
     "torchdata.stateful_dataloader",
@@ -62,7 +62,7 @@ def our_state(state: Any) -> dict[str, Any]:
 
     def walk(value: Any) -> None:
         if isinstance(value, dict):
-            if {"version", "sampler", "taken"} <= set(value):
+            if {"version", "sampler", "position"} <= set(value):
                 found.append(value)
             for item in value.values():
                 walk(item)
@@ -105,8 +105,9 @@ def test_resume_on_the_same_world_size_continues_the_uninterrupted_run(
     json.dumps(saved)
     # With workers the sampler has handed out more than the loop consumed; the snapshot
     # records what the loop consumed.
-    assert saved["taken"] == (steps * BATCH if way == "sampler" else steps)
-    assert saved["epoch"] == EPOCH
+    # Rank 1 of 4 took `steps` batches; in lockstep every rank did: steps * 4 batches' worth.
+    assert saved["position"] == steps * BATCH * 4
+    assert (saved["epoch"], saved["finished"]) == (EPOCH, False)
 
     resumed, resumed_sampler = loader(way, 4, 1, workers)
     resumed.load_state_dict(state)
@@ -143,3 +144,70 @@ def test_one_ranks_state_resumes_the_epoch_on_another_world_size(way: str, worke
         new.load_state_dict(state)
         seen.update(index for batch in batches(new) for index in batch)
     assert seen == Counter(range(SIZE))  # every sample exactly once over the epoch
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+@pytest.mark.parametrize("way", WAYS)
+def test_a_state_saved_at_the_end_of_an_epoch_resumes_with_the_next_one(
+    way: str, workers: int
+) -> None:
+    """The usual loop resumed from an end-of-epoch checkpoint replays nothing."""
+    uninterrupted, uninterrupted_sampler = loader(way, 4, 1, workers)
+    batches(uninterrupted)
+    uninterrupted_sampler.set_epoch(EPOCH + 1)
+    following = batches(uninterrupted)
+
+    interrupted, _ = loader(way, 4, 1, workers)
+    batches(interrupted)
+    state = interrupted.state_dict()
+    assert our_state(state)["finished"]
+
+    resumed, resumed_sampler = loader(way, 4, 1, workers)
+    resumed.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # nor a repeated-epoch warning
+        for epoch in (EPOCH, EPOCH + 1):  # for epoch in range(saved_epoch, ...)
+            resumed_sampler.set_epoch(epoch)
+            seen = batches(resumed)
+            assert seen == ([] if epoch == EPOCH else following)
+
+
+@pytest.mark.parametrize("kind", ["sampler", "batch"])
+@pytest.mark.parametrize("midpoint", [0, 3])
+def test_torchdata_nodes_sampler_wrapper_saves_and_loads_like_the_stock_sampler(
+    kind: str, midpoint: int
+) -> None:
+    """``SamplerWrapper`` restores a stateful sampler with load_state_dict then iter():
+    mid-epoch it continues; saved at the epoch's end it yields nothing more, and with
+    ``restart_on_stop_iteration=True`` goes on with the next epoch, as for the stock
+    sampler (whose epochs it counts itself)."""
+    nodes = pytest.importorskip("torchdata.nodes", reason="torchdata is not installed")
+
+    def node() -> Any:
+        if kind == "sampler":
+            return nodes.SamplerWrapper(DistributedSampler(range(20), 2, 1, seed=3))
+        return nodes.SamplerWrapper(DistributedBatchSampler(range(20), 3, 2, 1, seed=3))
+
+    loader = nodes.Loader(node())
+    iterator = iter(loader)
+    epoch_0 = [next(iterator) for _ in range(midpoint)]
+    middle = loader.state_dict()
+    epoch_0 += list(iterator)
+    end = loader.state_dict()
+    epoch_1 = list(loader)
+
+    resumed = nodes.Loader(node())
+    resumed.load_state_dict(middle)
+    assert list(resumed) == epoch_0[midpoint:]
+    assert list(resumed) == epoch_1
+
+    stopped = nodes.Loader(node(), restart_on_stop_iteration=False)
+    stopped.load_state_dict(end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the finished epoch's empty pass
+        assert list(stopped) == []
+    restarting = nodes.Loader(node())
+    restarting.load_state_dict(end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert list(restarting) == epoch_1

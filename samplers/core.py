@@ -1,0 +1,317 @@
+"""The core every sampler here shares: epochs, iteration, resume state and agreement.
+
+Guarantee: a sampler built on :class:`SamplerCore` hands out, at each ``iter()``, exactly
+``plan(start)``'s share for its rank, where the epoch and ``start`` follow the rules of
+:mod:`samplers.epochs`; its ``state_dict()`` at any step is the same on every rank (one
+global position, :mod:`samplers.state`), and a state loaded into samplers of any world size
+continues the epoch from that position. Copies and pickles (of the sampler or of its
+iterator) carry the bookkeeping and behave as the original would.
+
+A sampler provides four hooks: ``_dataset_length()``, ``_plan(start)`` (its epoch plan
+from a global position, from the attributes as they are now), ``_new_iterator(plan)`` and
+``_batch_size()``; the attributes below are declared here and set by its ``__init__``
+(``_init_core``).
+
+Reading a resumed ``iter()``: ``__iter__`` -> :meth:`SamplerCore._begin` ->
+:meth:`samplers.epochs.EpochBook.begin`, which returns the saved position the plan starts
+from.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from typing import Any
+
+from samplers import agreement, checks, loader_progress, state
+from samplers.epochs import EpochBook, Undo
+from samplers.iterators import Progress
+from samplers.options import Tail
+from samplers.plan import EpochPlan, Layout, ShardSizes
+
+__all__ = ["SamplerCore"]
+
+
+class SamplerCore(ABC):
+    """Base of :class:`~samplers.DistributedSampler`, :class:`~samplers.DistributedBatchSampler`
+    and :class:`~samplers.DistributedSamplerWrapper` (see the module docstring)."""
+
+    num_replicas: int
+    rank: int
+    shuffle: bool
+    seed: int
+    epoch: int
+    tail: Tail
+    #: ``"randperm"``, ``"feistel"``, or ``"stream"`` (a wrapped sampler's).
+    permutation: str
+    auto_epoch: bool
+    #: The process group or 1-D device mesh the ranks come from (``None``: the default).
+    group: Any = None
+    #: Set by ``_init_core``; a subclass that skips ``__init__`` keeps the stock behaviour.
+    _initialised: bool = False
+    _book: EpochBook
+    _iterator: Progress[Any] | None = None
+    _undo: Undo | None = None
+
+    def _init_core(self, auto_epoch: Any, group: Any = None) -> None:
+        self.auto_epoch = checks.as_flag("auto_epoch", auto_epoch)
+        self.group = group
+        self._book = EpochBook(auto_epoch=self.auto_epoch)
+        self._iterator = None
+        self._undo = None
+        self._initialised = True
+
+    # Hooks ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _dataset_length(self) -> int:
+        """The number of positions of the epoch order (the dataset's length)."""
+
+    @abstractmethod
+    def _plan(self, start: int) -> EpochPlan:
+        """The current epoch's plan from global position ``start``, validated as now."""
+
+    @abstractmethod
+    def _new_iterator(self, plan: EpochPlan) -> Progress[Any]:
+        """An iterator over this rank's share of ``plan``."""
+
+    def _batch_size(self) -> int | None:
+        """Samples per batch for a batch sampler, ``None`` for an index sampler."""
+        return None
+
+    def plan(self) -> EpochPlan:
+        """The current epoch's plan, read from the attributes as they are now."""
+        return self._plan(0)
+
+    def _settings_plan(self, layout: Layout, sizes: ShardSizes | None = None) -> EpochPlan:
+        """The plan of ``layout`` over this sampler's epoch order, validated as it is now."""
+        shuffle = checks.as_flag("shuffle", self.shuffle)
+        seed = checks.seed(self.seed)
+        epoch = checks.epoch(self.epoch)
+        permutation = checks.permutation(self.permutation)
+        if shuffle:
+            checks.shuffle_key_fits(seed, epoch, permutation)
+        if sizes is None:
+            sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
+        return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
+
+    def _require_init(self, what: str) -> None:
+        if not self._initialised:
+            raise TypeError(
+                f"{type(self).__name__} did not run {SamplerCore.__name__}'s __init__ "
+                f"(via super().__init__), which {what} needs"
+            )
+
+    # Iteration --------------------------------------------------------------------------
+
+    def _begin(self) -> Progress[Any]:
+        """``iter()``: settle the epoch and its start (a loaded state's position, or 0),
+        plan it and return this rank's iterator, kept for :meth:`state_dict`."""
+        previous, undo = self._iterator, self._undo
+        if (
+            previous is not None
+            and undo is not None
+            and not previous.started
+            and not self._book.epoch_set
+            and self.epoch == undo.epoch_after
+        ):
+            # The previous iter() was never advanced: replace it instead of counting it.
+            self._book, self.epoch = undo.book.copy(), undo.epoch_before
+        book_before, epoch_before = self._book.copy(), checks.epoch(self.epoch)
+        shuffle = self.shuffle is True
+        try:
+            epoch, start = self._book.begin(
+                epoch_before, checks.seed(self.seed), shuffle, type(self).__name__, 3
+            )
+            if epoch != epoch_before:
+                self.epoch = epoch
+            plan = self._plan_from(start)
+            iterator = self._new_iterator(plan)
+        except BaseException:
+            self._book, self.epoch = book_before, epoch_before
+            raise
+        iterator.reader = loader_progress.find_reader(self)
+        self._iterator = iterator
+        self._undo = Undo(book_before, epoch_before, epoch)
+        return iterator
+
+    def _plan_from(self, start: int | None) -> EpochPlan:
+        """The plan from ``start``; ``None``: from the epoch's end (nothing left)."""
+        if start is None:
+            start = self._plan(0).layout.stop
+        return self._plan(start)
+
+    def _remaining_count(self) -> int | None:
+        """With a loaded state pending for this epoch: how many items iterating yields."""
+        peeked = self._book.peek(checks.epoch(self.epoch), checks.seed(self.seed))
+        if peeked is None:
+            return None
+        epoch, start = peeked
+        if epoch != self.epoch:
+            return None  # a fresh next epoch: the usual length
+        return self._plan_from(start).layout.count(checks.as_int("rank", self.rank))
+
+    # Epochs -----------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``seed + epoch`` for the next iteration's order.
+
+        Call it before every epoch, with a different ``epoch`` each time; without it, every
+        epoch repeats the order of epoch 0 (unless ``auto_epoch=True``). ``epoch`` must be
+        an integer, and with shuffling ``seed + epoch`` must fit
+        ``torch.Generator.manual_seed``. After :meth:`load_state_dict`, ``set_epoch`` with
+        the saved epoch continues it; another epoch discards the loaded state.
+        """
+        if not self._initialised:
+            self.epoch = epoch  # the stock behaviour, for subclasses that skip __init__
+            return
+        epoch = checks.epoch(epoch)
+        if self.shuffle is True and isinstance(self.seed, int):
+            # Fail here rather than at iter() when the permutation cannot be seeded.
+            checks.shuffle_key_fits(self.seed, epoch, self.permutation)
+        self._book.set_epoch(epoch, type(self).__name__, 2)
+        self.epoch = epoch
+
+    # State ------------------------------------------------------------------------------
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Where the ranks stand in the current epoch: the same small dict on every rank.
+
+        It is one global position in the epoch's order (see :mod:`samplers.state`), read
+        from this rank's iterator: what it handed out, or, when a torch ``DataLoader``
+        reads it (any ``num_workers``), what the DataLoader has yielded to the loop.
+        Taken once the epoch's last step is done, it says the epoch is finished.
+
+        ``consumed``: for loops the sampler cannot see (something between it and the loop
+        that fetches ahead), how many items of the current iteration (since the ``iter()``
+        that started or resumed the epoch) this rank's loop has consumed, counted as a
+        DataLoader counts them: steps times the batch size for an index sampler, even when
+        this rank's last batch was smaller; batches for a batch sampler.
+        """
+        self._require_init("state_dict")
+        saved = self._saved(consumed)
+        return state.encode(
+            type(self).__name__,
+            self._dataset_length(),
+            self.shuffle is True,
+            self.permutation,
+            saved,
+        )
+
+    def _saved(self, consumed: int | None) -> state.Saved:
+        pending = self._book.pending
+        iterator = self._iterator
+        if consumed is not None:
+            consumed = checks.as_int("consumed", consumed)
+            if consumed < 0:
+                raise ValueError(f"consumed must be at least 0, got {consumed}")
+        if pending is not None or iterator is None or self._book.epoch_set:
+            if consumed:
+                raise ValueError(
+                    f"consumed={consumed}, but this sampler has not started the iteration it "
+                    "would count in: the next iter() "
+                    + ("continues a loaded state" if pending is not None else "starts afresh")
+                )
+            if pending is not None:
+                return pending
+            return state.Saved(checks.epoch(self.epoch), checks.seed(self.seed), 0, False)
+        plan = iterator.plan
+        layout = plan.layout
+        if not iterator.started and not consumed:
+            # iter() without next(): the iteration's start (a finished epoch's empty one
+            # starts at its end).
+            finished = 0 < layout.start >= layout.stop
+            return state.Saved(plan.epoch, plan.seed, layout.start, finished)
+        steps, ended = self._progress(iterator, consumed)
+        position = layout.position_after(steps)
+        return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
+
+    def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
+        """(items this rank's loop consumed of the iteration, whether the loop ended)."""
+        if consumed is not None:
+            taken = iterator.taken
+            if consumed > taken and not iterator.exhausted:
+                raise ValueError(
+                    f"consumed must be at most {taken} (what this iteration handed out so "
+                    f"far), got {consumed}"
+                )
+            return consumed, False
+        if iterator.reader is not None:
+            progress = loader_progress.loop_progress(iterator.reader, self, iterator.count)
+            if progress is not None:
+                return progress
+        return iterator.taken, iterator.exhausted
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict`` (saved by any rank of a run of any world size).
+
+        Its seed and epoch replace this sampler's. The next ``iter()`` at that epoch (with
+        or without ``set_epoch(epoch)``) continues the epoch from the saved position; a
+        state of a finished epoch yields nothing more of it (with ``auto_epoch=True`` and
+        no ``set_epoch``, the next iteration is the next epoch). ``set_epoch`` to another
+        epoch discards it. Raises ``ValueError`` naming the field for a state that does
+        not fit (see :func:`samplers.state.decode`).
+        """
+        self._require_init("load_state_dict")
+        saved = state.decode(
+            state_dict,
+            sampler=type(self).__name__,
+            dataset_length=self._dataset_length(),
+            shuffle=checks.as_flag("shuffle", self.shuffle),
+            permutation=self.permutation,
+        )
+        iterator, undo = self._iterator, self._undo
+        if iterator is not None and undo is not None and not iterator.started:
+            # An iter() never advanced did not start anything: as if it never happened.
+            self._book, self.epoch = undo.book.copy(), undo.epoch_before
+        book = self._book
+        book.chosen = book.epoch_set and checks.epoch(self.epoch) == saved.epoch
+        book.pending = None if saved.fresh else saved
+        book.epoch_set = False
+        book.last_epoch = None
+        self.seed = saved.seed
+        self.epoch = saved.epoch
+        self._iterator = None
+        self._undo = None
+
+    # Agreement --------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        """What must agree across ranks, as plain values (see :meth:`check_consistent`)."""
+        self._require_init("settings")
+        values: dict[str, Any] = {
+            "sampler": type(self).__name__,
+            "dataset length": self._dataset_length(),
+            "num_replicas": self.num_replicas,
+            "rank": self.rank,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "tail": self.tail,
+            "permutation": self.permutation,
+        }
+        batch_size = self._batch_size()
+        if batch_size is not None:
+            values["batch_size"] = batch_size
+        return values
+
+    def check_consistent(self, group: Any = None) -> None:
+        """Collective: raise on every rank unless all ranks' samplers agree.
+
+        Compares :meth:`settings` (dataset length, ``num_replicas``, seed, epoch,
+        shuffle, tail, permutation, batch size) and that the ranks are
+        ``0 .. num_replicas - 1`` once each; the error names the ranks that differ and
+        their values. Call it on every rank at the same point, e.g. after building the
+        sampler and after each ``set_epoch``.
+        """
+        agreement.check_consistent(self.settings(), group)
+
+    # Copies -----------------------------------------------------------------------------
+
+    def __copy__(self) -> SamplerCore:
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        for name in ("_book", "_iterator", "_undo"):
+            if name in self.__dict__:
+                clone.__dict__[name] = copy.deepcopy(self.__dict__[name])
+        return clone

@@ -1,0 +1,187 @@
+"""Iterators over one rank's share of one epoch: lazy, picklable, and counting progress.
+
+Guarantee: :class:`ShareIterator` yields exactly ``plan.rank_indices(rank)[taken:]`` as
+Python ints and :class:`BatchIterator` exactly ``plan.rank_batches(rank)[taken:]``; both
+turn indices into Python objects one chunk at a time. ``taken`` never counts more than
+was handed out, even read from another thread while the iterator is being advanced.
+Pickled or copied at any point, either stores only the plan's settings, the rank and its
+progress (a few hundred bytes, whatever the dataset size; a wrapped sampler's stream is
+the exception, it is carried along) and the copy yields exactly the rest.
+
+``taken`` (items handed out), ``started`` (``next()`` was called) and ``exhausted``
+(``next()`` raised ``StopIteration``) are what a sampler's state is computed from.
+"""
+
+from __future__ import annotations
+
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+from samplers.plan import EpochPlan, RandpermOrder
+
+__all__ = ["CHUNK", "BatchIterator", "Progress", "ShareIterator"]
+
+#: How many indices of a held share are turned into Python ints at a time.
+CHUNK = 1 << 16
+#: Chunks computed on demand (the feistel and identity orders) start at FIRST_CHUNK
+#: positions, so the first index comes at once, and double up to COMPUTED_CHUNK: below
+#: torch's 32768-element threshold for intra-op parallelism, whose start-up on busy
+#: cores costs more than the work.
+FIRST_CHUNK = 1 << 10
+COMPUTED_CHUNK = (1 << 15) - 1
+
+_Item = TypeVar("_Item")
+
+
+class Progress(ABC, Iterator[_Item], Generic[_Item]):
+    """What both iterators share: chunked progress, ``taken``, pickling by settings.
+
+    A subclass sets up its source in ``_prepare(plan)`` (returning the plan to keep) and
+    hands out items ``[start, end)`` of the rank's sequence from ``_chunk(start)``.
+    """
+
+    #: The torch DataLoader iterator's attributes when one reads this iterator (see
+    #: :mod:`samplers.loader_progress`); never pickled.
+    reader: dict[str, Any] | None
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        self._setup(plan, rank, taken, started=False, exhausted=False)
+
+    def _setup(
+        self, plan: EpochPlan, rank: int, taken: int, *, started: bool, exhausted: bool
+    ) -> None:
+        self.rank = rank
+        self.count = plan.layout.count(rank)
+        if not 0 <= taken <= self.count:
+            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
+        self._plan = self._prepare(plan)
+        self._current: Iterator[_Item] = iter(())
+        # Where the current chunk ends and its iterator, replaced together so that
+        # ``taken`` reads a consistent pair from any thread.
+        self._cursor: tuple[int, Iterator[_Item]] = (taken, self._current)
+        self.started = started
+        self.exhausted = exhausted
+        self.reader = None
+
+    @abstractmethod
+    def _prepare(self, plan: EpochPlan) -> EpochPlan:
+        """Set up the source of items; return the plan to keep."""
+
+    @abstractmethod
+    def _chunk(self, start: int) -> tuple[list[_Item], int]:
+        """Items from ``start`` on (at least one) and where they end."""
+
+    def _finish(self) -> None:
+        """Called once the sequence is exhausted."""
+
+    @property
+    def plan(self) -> EpochPlan:
+        """The epoch plan this iterator walks."""
+        return self._plan
+
+    @property
+    def taken(self) -> int:
+        """How many items have been handed out."""
+        end, current = self._cursor
+        return end - operator.length_hint(current)
+
+    def __iter__(self) -> Progress[_Item]:
+        return self
+
+    def __next__(self) -> _Item:
+        try:
+            return next(self._current)
+        except StopIteration:
+            pass
+        self.started = True  # the first call always gets here: the first chunk is empty
+        end = self._cursor[0]
+        if end >= self.count:
+            self.exhausted = True
+            self._finish()
+            raise StopIteration
+        items, end = self._chunk(end)
+        current = iter(items)
+        self._cursor = (end, current)
+        self._current = current
+        return next(current)
+
+    def __length_hint__(self) -> int:
+        return self.count - self.taken
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "plan": self._plan.undrawn(),
+            "rank": self.rank,
+            "taken": self.taken,
+            "started": self.started,
+            "exhausted": self.exhausted,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._setup(
+            state["plan"],
+            state["rank"],
+            state["taken"],
+            started=state["started"],
+            exhausted=state["exhausted"],
+        )
+
+
+class ShareIterator(Progress[int]):
+    """``rank``'s indices of an index plan, from ``taken`` on.
+
+    The epoch order is drawn when the iterator is created (as the stock sampler draws it
+    in ``iter()``). A drawn permutation is then cut down to this rank's share
+    (:meth:`EpochPlan.rank_share`), so the rest of the order is freed: the iterator holds
+    ``N / W`` indices, in int32 below 2**31 samples. An order computed position by
+    position (unshuffled, or feistel) is never materialised: each chunk is computed from
+    its positions, so any dataset size runs in constant memory.
+    """
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        if plan.layout.batched:
+            raise TypeError("ShareIterator needs a plan with an index layout")
+        super().__init__(plan, rank, taken)
+
+    def _prepare(self, plan: EpochPlan) -> EpochPlan:
+        self._share = plan.rank_share(self.rank)
+        self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
+        # Keep the settings, not a drawn order: the share holds what is still needed.
+        return plan if self._share is None else plan.undrawn()
+
+    def _chunk(self, start: int) -> tuple[list[int], int]:
+        if self._share is not None:
+            end = min(start + CHUNK, self.count)
+            held: list[int] = self._share[start:end].tolist()
+            return held, end
+        self._step = min(self._step * 2, COMPUTED_CHUNK)
+        end = min(start + self._step, self.count)
+        computed: list[int] = self._plan.rank_indices(self.rank, start, end).tolist()
+        return computed, end
+
+    def _finish(self) -> None:
+        self._share = None  # done: the sampler may keep this iterator, not its share
+
+
+class BatchIterator(Progress[list[int]]):
+    """``rank``'s batches of a batched plan, from batch ``taken`` on, as lists of ints."""
+
+    #: Batches turned into lists at a time.
+    STEPS = 256
+
+    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+        if not plan.layout.batched:
+            raise TypeError("BatchIterator needs a plan with a batched layout")
+        super().__init__(plan, rank, taken)
+
+    def _prepare(self, plan: EpochPlan) -> EpochPlan:
+        order = plan.order
+        if isinstance(order, RandpermOrder):
+            order.held()  # drawn now: a bad seed raises here, as in the stock iter()
+        return plan
+
+    def _chunk(self, start: int) -> tuple[list[list[int]], int]:
+        end = min(start + self.STEPS, self.count)
+        return self._plan.rank_batches(self.rank, start, end), end

@@ -1,0 +1,89 @@
+"""How far a training loop got, when a torch ``DataLoader`` reads a sampler ahead of it.
+
+Guarantee: for a sampler of this package read by a ``torch.utils.data.DataLoader`` (any
+``num_workers``, as its ``sampler`` or its ``batch_sampler``), :func:`loop_progress` gives
+what the loop has received: the batches the DataLoader yielded to it, in the sampler's
+units (indices: batches times the batch size; batches: batches), and whether the loop has
+received its last batch. A DataLoader with workers fetches ahead (``prefetch_factor``
+batches per worker), so what the sampler handed out is more than the loop used; this is
+what lets ``state_dict()`` record the loop's step instead.
+
+How: when the sampler's ``iter()`` is called, :func:`find_reader` looks a few frames up the
+call stack for the DataLoader iterator that called it (``_SingleProcessDataLoaderIter`` or
+``_MultiProcessingDataLoaderIter``) and keeps a reference to that iterator's attribute
+dictionary, not to the iterator: the DataLoader's workers shut down as usual when the loop
+ends or is left with ``break``, and the counts stay readable afterwards. It reads two
+attributes torch's DataLoader iterators have had since torch 1.x (``_num_yielded``,
+``_index_sampler``); a DataLoader without them is not recognised, and the sampler's own
+count is used.
+
+torchdata's ``StatefulDataLoader`` is not a reader here: it asks the sampler for its state
+itself, at the right moments.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torch.utils.data import BatchSampler
+from torch.utils.data.dataloader import (
+    _MultiProcessingDataLoaderIter,
+    _SingleProcessDataLoaderIter,
+)
+
+__all__ = ["LoopProgress", "find_reader", "loop_progress"]
+
+#: How many frames above ``iter()`` a DataLoader iterator may be: the sampler's
+#: ``__iter__`` and its core, a ``BatchSampler`` generator, ``_next_index``,
+#: ``_try_put_index`` and ``_reset``.
+_DEPTH = 8
+
+_READERS = (_SingleProcessDataLoaderIter, _MultiProcessingDataLoaderIter)
+
+#: (indices or batches the loop received, whether it received the last batch)
+LoopProgress = tuple[int, bool]
+
+
+def find_reader(sampler: object) -> dict[str, Any] | None:
+    """The attribute dictionary of the torch DataLoader iterator now calling ``iter()`` on
+    ``sampler`` (directly, or through the ``BatchSampler`` the DataLoader built around it),
+    or ``None``."""
+    frame = sys._getframe(1)
+    for _ in range(_DEPTH):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, _READERS):
+            attributes: dict[str, Any] = candidate.__dict__
+            return attributes if _unit(attributes, sampler) is not None else None
+        frame = frame.f_back
+    return None
+
+
+def _unit(reader: dict[str, Any], sampler: object) -> int | None:
+    """Items of ``sampler`` per DataLoader batch: 1 when it is the batch sampler, the batch
+    size when the DataLoader batches it with a ``BatchSampler``; else ``None``."""
+    index_sampler = reader.get("_index_sampler")
+    if index_sampler is sampler:
+        return 1
+    if isinstance(index_sampler, BatchSampler) and index_sampler.sampler is sampler:
+        return int(index_sampler.batch_size)
+    return None
+
+
+def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopProgress | None:
+    """What the loop reading ``sampler`` through the DataLoader iterator ``reader`` has
+    received of an iteration of ``count`` items, or ``None`` if it cannot be told.
+
+    Received items are counted as the DataLoader counts them (batches times the batch size
+    for an index sampler, even when the last batch was smaller), which is the count every
+    rank agrees on at the same step.
+    """
+    unit = _unit(reader, sampler)
+    batches = reader.get("_num_yielded")
+    if unit is None or not isinstance(batches, int):
+        return None
+    drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
+    total = count // unit if drop_last else -(-count // unit)
+    return batches * unit, batches >= total

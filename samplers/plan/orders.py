@@ -1,0 +1,178 @@
+"""Epoch orders: position ``p`` in ``[0, N)`` -> dataset index, one epoch's permutation.
+
+Guarantee: each order is a pure function of its settings; ``at(positions)`` gives the same
+indices however the positions are split into calls, and a pickled order carries only its
+settings (a drawn permutation is drawn again when needed).
+
+* :class:`IdentityOrder`: position ``p`` holds index ``p`` (no shuffling).
+* :class:`RandpermOrder`: the stock sampler's permutation, ``torch.randperm(N)`` drawn from
+  a CPU generator seeded with ``seed + epoch``; held whole once drawn.
+* :class:`FeistelOrder`: a keyed bijection computed position by position
+  (:mod:`samplers.feistel`): no order is ever held, O(1) memory at any ``N``.
+* :class:`StreamOrder`: a given sequence (the stream of a wrapped sampler), held whole.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from samplers import checks
+from samplers.feistel import FeistelPermutation
+from samplers.options import Permutation
+
+__all__ = [
+    "FeistelOrder",
+    "IdentityOrder",
+    "Order",
+    "RandpermOrder",
+    "StreamOrder",
+    "make_order",
+]
+
+
+class Order(ABC):
+    """One epoch's order over ``[0, size)``."""
+
+    @property
+    @abstractmethod
+    def size(self) -> int:
+        """The number of positions (the dataset's length)."""
+
+    @abstractmethod
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """Dataset indices (int64) at ``positions`` (int64, each in ``[0, size)``)."""
+
+    def held(self) -> torch.Tensor | None:
+        """The whole order as it is held in memory (drawn now if needed), or ``None`` for
+        an order computed position by position. Its dtype may be narrower than int64."""
+        return None
+
+    def materialise(self) -> torch.Tensor:
+        """The whole order, ``size`` int64 indices."""
+        return self.at(torch.arange(self.size, dtype=torch.int64))
+
+
+@dataclass(frozen=True)
+class IdentityOrder(Order):
+    """No shuffling: position ``p`` holds index ``p``. Never materialised."""
+
+    length: int
+
+    @property
+    def size(self) -> int:
+        return self.length
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return positions
+
+
+@dataclass(frozen=True, eq=False)
+class StreamOrder(Order):
+    """A given order (e.g. the stream of a wrapped sampler), held as int64."""
+
+    indices: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.indices.numel()
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.indices[positions]
+
+    def held(self) -> torch.Tensor:
+        return self.indices
+
+    def materialise(self) -> torch.Tensor:
+        return self.indices
+
+
+@dataclass(frozen=True)
+class RandpermOrder(Order):
+    """The stock sampler's permutation: ``torch.randperm(size)`` seeded with ``seed + epoch``.
+
+    Drawn on first use. Below 2**31 samples it is held as int32: the CPU ``randperm`` gives
+    the same permutation in int32 as in int64 (``tests/test_randperm_int32.py`` checks it
+    at the sizes where its algorithm could differ), in half the memory and a third of the
+    time. ``manual_seed`` accepts ``[-2**63, 2**64 - 1]``; the error for a key outside
+    names seed and epoch.
+    """
+
+    length: int
+    seed: int
+    epoch: int
+
+    @property
+    def size(self) -> int:
+        return self.length
+
+    @cached_property
+    def table(self) -> torch.Tensor:
+        """The permutation itself (int32 below 2**31 samples, else int64)."""
+        generator = torch.Generator()
+        generator.manual_seed(checks.checked_key(self.seed, self.epoch))
+        dtype = torch.int32 if self.length < 2**31 else torch.int64
+        return torch.randperm(self.length, generator=generator, dtype=dtype)
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.table[positions].long()
+
+    def held(self) -> torch.Tensor:
+        return self.table
+
+    def materialise(self) -> torch.Tensor:
+        return self.table.long()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled order carries its settings, not a drawn permutation of N indices.
+        return {name: getattr(self, name) for name in ("length", "seed", "epoch")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+@dataclass(frozen=True)
+class FeistelOrder(Order):
+    """A keyed bijection of ``[0, size)`` from ``(seed, epoch)``, evaluated on demand.
+
+    Specified exactly in :mod:`samplers.feistel` (the same order on every platform and
+    torch version); nothing of size ``N`` is ever built, so a rank computes only the
+    positions it takes, in chunks, and any position in O(1).
+    """
+
+    length: int
+    seed: int
+    epoch: int
+    permutation: FeistelPermutation = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "permutation", FeistelPermutation(self.length, self.seed, self.epoch)
+        )
+
+    @property
+    def size(self) -> int:
+        return self.length
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        return self.permutation(positions)
+
+
+def make_order(
+    size: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    permutation: Permutation = "randperm",
+) -> Order:
+    """The epoch order a sampler with these settings uses."""
+    if not shuffle:
+        return IdentityOrder(size)
+    if checks.permutation(permutation) == "feistel":
+        return FeistelOrder(size, seed, epoch)
+    return RandpermOrder(size, seed, epoch)

@@ -1,0 +1,220 @@
+"""The resume state: where every rank stood in the epoch, as one global position.
+
+Guarantee: a state is a small dict of JSON types (ints, bools, strings) whatever the
+dataset size, the same on every rank at the same step, and :func:`decode` refuses any state
+this version did not write or that cannot be true (a field missing or of the wrong type, a
+position past the epoch, a seed and epoch the permutation cannot be drawn from), naming the
+field. Fields (version 2):
+
+``sampler``, ``dataset_length``, ``shuffle``, ``permutation``
+    What the saved epoch's order was drawn from; loading needs the same.
+``seed``, ``epoch``
+    The saved epoch; loading takes them over.
+``position``
+    The positions ``[0, position)`` of the epoch's order have been handed out, over all
+    ranks together (see :mod:`samplers.plan`): this is the whole of the progress.
+``finished``
+    Nothing more of the epoch is handed out (its last step is done).
+
+Version 1 states (per-rank counts, written by dsampler 0.1.0) are read and converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from samplers import checks
+from samplers.options import TAILS
+from samplers.plan import Batched, Layout, Strided
+
+__all__ = ["STATE_VERSION", "Saved", "decode", "encode"]
+
+#: The version :func:`encode` writes.
+STATE_VERSION = 2
+
+_FIELDS: dict[str, type] = {
+    "version": int,
+    "sampler": str,
+    "dataset_length": int,
+    "shuffle": bool,
+    "permutation": str,
+    "seed": int,
+    "epoch": int,
+    "position": int,
+    "finished": bool,
+}
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A state's progress: epoch ``epoch`` (drawn from ``seed``) stood at ``position``."""
+
+    epoch: int
+    seed: int
+    position: int
+    finished: bool
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing of the epoch was handed out: it starts afresh."""
+        return self.position == 0 and not self.finished
+
+
+def encode(
+    sampler: str,
+    dataset_length: int,
+    shuffle: bool,
+    permutation: str,
+    saved: Saved,
+) -> dict[str, Any]:
+    """The state dict of ``saved`` (plain Python types only)."""
+    return {
+        "version": STATE_VERSION,
+        "sampler": str(sampler),
+        "dataset_length": int(dataset_length),
+        "shuffle": bool(shuffle),
+        "permutation": str(permutation),
+        "seed": int(saved.seed),
+        "epoch": int(saved.epoch),
+        # A finished epoch's position is its end, whichever rank tells it.
+        "position": int(dataset_length if saved.finished else min(saved.position, dataset_length)),
+        "finished": bool(saved.finished),
+    }
+
+
+def _field(state: Mapping[str, Any], name: str, kind: type) -> Any:
+    if name not in state:
+        raise ValueError(f"state field {name!r} is missing (a truncated or foreign state?)")
+    value = state[name]
+    wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    if wrong:
+        raise ValueError(f"state field {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def decode(
+    state: Any,
+    *,
+    sampler: str,
+    dataset_length: int,
+    shuffle: bool,
+    permutation: str,
+) -> Saved:
+    """The progress of ``state``, checked against the sampler it is loaded into.
+
+    Raises ``ValueError`` naming the field: a state from another kind of sampler, dataset
+    length, shuffle setting or permutation; an unknown version or field; a value of the
+    wrong type or outside its possible range.
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    version = state.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version == 1:
+        return _decode_version_1(
+            state,
+            sampler=sampler,
+            dataset_length=dataset_length,
+            shuffle=shuffle,
+            permutation=permutation,
+        )
+    values = {name: _field(state, name, kind) for name, kind in _FIELDS.items()}
+    if values["version"] != STATE_VERSION:
+        raise ValueError(
+            f"state field 'version' is {values['version']!r}; this version of dsampler reads "
+            f"state versions 1 and {STATE_VERSION}"
+        )
+    unknown = sorted(set(state) - set(_FIELDS))
+    if unknown:
+        raise ValueError(f"state field {unknown[0]!r} is not one dsampler writes")
+    _check_origin(values, sampler, dataset_length, shuffle, permutation)
+    position = values["position"]
+    if not 0 <= position <= dataset_length:
+        raise ValueError(
+            f"state field 'position' is {position}, outside the epoch's positions "
+            f"[0, {dataset_length}]"
+        )
+    _check_key(values["seed"], values["epoch"], shuffle, permutation)
+    return Saved(values["epoch"], values["seed"], position, values["finished"])
+
+
+def _check_origin(
+    values: Mapping[str, Any], sampler: str, dataset_length: int, shuffle: bool, permutation: str
+) -> None:
+    """The saved epoch's order can be drawn again by this sampler."""
+    if values["sampler"] != sampler:
+        raise ValueError(
+            f"state field 'sampler' is {values['sampler']!r}, not {sampler!r}: a state loads "
+            "into the kind of sampler that saved it"
+        )
+    if values["dataset_length"] != dataset_length:
+        raise ValueError(
+            f"state field 'dataset_length' is {values['dataset_length']}, but the dataset now "
+            f"has {dataset_length} samples: the state belongs to another dataset"
+        )
+    if values["shuffle"] != shuffle:
+        raise ValueError(
+            f"state field 'shuffle' is {values['shuffle']}, this sampler's shuffle is "
+            f"{shuffle}: the saved epoch's order cannot be continued"
+        )
+    if values["permutation"] != permutation:
+        raise ValueError(
+            f"state field 'permutation' is {values['permutation']!r}, this sampler draws "
+            f"{permutation!r}: the saved epoch's order cannot be continued"
+        )
+
+
+def _check_key(seed: int, epoch: int, shuffle: bool, permutation: str) -> None:
+    if shuffle:
+        try:
+            checks.shuffle_key_fits(seed, epoch, permutation)
+        except ValueError as error:
+            raise ValueError(f"state fields 'seed' and 'epoch' do not fit: {error}") from None
+
+
+def _decode_version_1(
+    state: Mapping[str, Any],
+    *,
+    sampler: str,
+    dataset_length: int,
+    shuffle: bool,
+    permutation: str,
+) -> Saved:
+    """A version 1 state (one rank's count ``taken`` in its layout) as a position."""
+    values = {
+        name: _field(state, name, kind)
+        for name, kind in (
+            ("sampler", str),
+            ("dataset_length", int),
+            ("shuffle", bool),
+            ("permutation", str),
+            ("seed", int),
+            ("epoch", int),
+            ("tail", str),
+            ("world_size", int),
+            ("start", int),
+            ("stop", int),
+            ("taken", int),
+        )
+    }
+    _check_origin(values, sampler, dataset_length, shuffle, permutation)
+    _check_key(values["seed"], values["epoch"], shuffle, permutation)
+    batch_size = state.get("batch_size")
+    if values["tail"] not in TAILS:
+        raise ValueError(f"state field 'tail' must be one of {TAILS}, got {values['tail']!r}")
+    try:
+        layout: Layout
+        if batch_size is None:
+            layout = Strided(dataset_length, values["world_size"], values["start"], values["stop"])
+        else:
+            layout = Batched(
+                dataset_length, values["world_size"], batch_size, values["tail"], values["start"]
+            )
+        if values["taken"] < 0 or layout.start > dataset_length:
+            raise ValueError(f"taken={values['taken']}, start={layout.start}")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"version 1 state fields do not fit: {error}") from None
+    position = min(layout.position_after(values["taken"]), dataset_length)
+    # Version 1 described an iteration that had handed everything out as a fresh one.
+    return Saved(values["epoch"], values["seed"], position, finished=False)
