@@ -94,7 +94,7 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
 
     prefix = _table(findings, "strided-prefix")
     prefixes = int(prefix["= first positions of the order"].sum())
-    resumed = _table(findings, "resume", 1)
+    resumed = _table(findings, "resume", 2)
     moved = resumed[resumed["old world size"] != resumed["new world size"]]
     approach = moved["how the job resumes"]
     exact = moved[approach == resume.OURS["uneven"]]

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from samplers.plan import unshard
+from samplers.plan import interleave_truncated
 
 #: The aggregation patterns, in the order :func:`estimates` reports them.
 PATTERNS = ("mean_of_rank_means", "pooled_counts", "gathered")
@@ -72,7 +72,7 @@ def pooled_counts(results: Sequence[torch.Tensor]) -> float:
 
 def gathered(results: Sequence[torch.Tensor], dataset_size: int) -> float:
     """Per-sample results interleaved in rank order and truncated: exact with padding."""
-    return unshard(results, dataset_size).double().mean().item()
+    return interleave_truncated(results, dataset_size).double().mean().item()
 
 
 def rank_results(shares: Sequence[Sequence[int] | torch.Tensor]) -> list[torch.Tensor]:

@@ -120,7 +120,7 @@ def _order_repeats(case: Case, shares: LoaderShares) -> bool:
         return True  # the sampler seeds every epoch with seed + 0
     sizes = ShardSizes.of(case.dataset_size, case.world_size, case.drop_last)
     first, second = (
-        EpochPlan(sizes, shuffle=True, seed=case.seed, epoch=epoch) for epoch in (0, 1)
+        EpochPlan.stock(sizes, shuffle=True, seed=case.seed, epoch=epoch) for epoch in (0, 1)
     )
     for rank in range(case.world_size):
         for start in range(0, shares.samples, _CHUNK):

@@ -58,7 +58,7 @@ def test_checkpoint_advice_names_the_resume_api_that_exists(built: dict) -> None
         and "consumed" in inspect.signature(DistributedSampler.state_dict).parameters
     )
     # The reason quotes the resume finding's measurements.
-    resumed = built["resume"].tables[1].frame
+    resumed = built["resume"].tables[2].frame
     moved = resumed[resumed["old world size"] != resumed["new world size"]]
     skipping = moved[moved["how the job resumes"] == resume.SKIP]
     because = rows.loc["checkpointing", "because"]

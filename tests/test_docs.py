@@ -16,7 +16,7 @@ import pytest
 
 import samplers.batch_sampler
 import samplers.feistel
-import samplers.plan
+import samplers.plan.epoch
 import samplers.sampler
 import samplers.wrapper
 from samplers import DistributedBatchSampler, DistributedSampler
@@ -25,7 +25,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 DOCUMENTED = [
-    samplers.plan,
+    samplers.plan.epoch,
     samplers.sampler,
     samplers.batch_sampler,
     samplers.wrapper,

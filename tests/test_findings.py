@@ -601,32 +601,43 @@ def stock_skip_counts(size: int, old: int, steps: int, new: int, batch: int) -> 
         padded = (order * (total // size + 1))[:total]
         return [padded[rank::world] for rank in range(world)]
 
-    taken = steps * batch
+    taken = min(steps * batch, -(-size // old))  # a rank yields at most its padded share
     before = [i for share in shares(old) for i in share[:taken]]
     after = [i for share in shares(new) for i in share[taken:]]
     return Counter(before + after)
 
 
 def test_resume_repeats_and_loses_only_what_the_tail_allows() -> None:
-    table = build(resume).tables[1].frame
-    new = table["new world size"]
+    finding = build(resume)
+    table = finding.tables[2].frame
+    # The world size whose layout ended the epoch: new when resumed mid-epoch, else old.
+    world = table["new world size"].where(table["stopped"] == "mid-epoch", table["old world size"])
     for tail, label in resume.OURS.items():
         rows = table[table["how the job resumes"] == label]
         repeated, never = rows["samples repeated"], rows["samples never seen"]
         if tail == "uneven":
             assert (repeated == 0).all() and (never == 0).all()
         elif tail == "pad":
-            assert (repeated < new[rows.index]).all() and (never == 0).all()
+            assert (repeated < world[rows.index]).all() and (never == 0).all()
         else:
-            assert (repeated == 0).all() and (never < new[rows.index]).all()
+            assert (repeated == 0).all() and (never < world[rows.index]).all()
     skip = table[table["how the job resumes"] == resume.SKIP]
     changed = skip["old world size"] != skip["new world size"]
     assert (skip[~changed]["samples never seen"] == 0).all()
     assert (skip[changed]["samples never seen"] > 0).any()
     assert (skip[changed]["samples repeated"] >= skip[changed]["new world size"]).any()
     restart = table[table["how the job resumes"] == resume.RESTART]
-    consumed = restart["steps done"] * resume.BATCH_SIZE * restart["old world size"]
+    consumed = (restart["steps done"] * resume.BATCH_SIZE * restart["old world size"]).clip(
+        upper=restart["dataset size"]
+    )
     assert (restart["samples repeated"] >= consumed).all()
+    # After the epoch's last step our state resumes nothing more of the epoch.
+    ours = table[table["how the job resumes"].isin(list(resume.OURS.values()))]
+    ended = ours[ours["stopped"] == "epoch end"]
+    assert len(ended) > 0 and (ended["received after the resume"] == 0).all()
+    assert f"nothing more of it in all {len(ended)} end-of-epoch" in finding.prose
+    restarted = restart[restart["stopped"] == "epoch end"]
+    assert (restarted["received after the resume"] >= restarted["dataset size"]).all()
     # The skipping approach, written out from the documented layout.
     for _, row in skip.iloc[:: max(len(skip) // 12, 1)].iterrows():
         counts = stock_skip_counts(

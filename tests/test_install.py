@@ -80,7 +80,7 @@ def test_import_samplers_imports_no_study_library() -> None:
     code = (
         "import sys, torch, torch.utils.data, torch.distributed\n"
         "before = set(sys.modules)\n"
-        "import samplers, samplers.plan, samplers.share, samplers.checks\n"
+        "import samplers, samplers.plan, samplers.iterators, samplers.checks\n"
         f"study = {sorted(STUDY_MODULES)}\n"
         "print(sorted(n for n in set(sys.modules) - before if n.split('.')[0] in study))"
     )

@@ -143,7 +143,9 @@ def layouts(draw: st.DrawFn) -> Strided | Batched:
 
 def _layout_from(layout: Strided | Batched, start: int) -> Strided | Batched:
     if isinstance(layout, Batched):
-        return Batched(layout.dataset_size, layout.world_size, layout.batch_size, layout.tail, start)
+        return Batched(
+            layout.dataset_size, layout.world_size, layout.batch_size, layout.tail, start
+        )
     tail = "uneven" if layout.stop == max(layout.dataset_size, 0) else None
     if tail is None:
         tail = "pad" if layout.stop >= layout.dataset_size else "drop"

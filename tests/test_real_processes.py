@@ -141,7 +141,7 @@ def test_collective_evaluation_matches_formulas(
     for row in pooled.itertuples():
         case = evaluation_case(row.dataset_size, row.world_size)
         sizes = ShardSizes.of(case.dataset_size, case.world_size, case.drop_last)
-        plan = EpochPlan(sizes, shuffle=False, seed=case.seed, epoch=0)
+        plan = EpochPlan.stock(sizes, shuffle=False, seed=case.seed, epoch=0)
         padded_order = plan.global_indices()
         assert row.accuracy == int(is_correct(padded_order).sum()) / len(padded_order)
     assert (pooled[pooled["padding"] == 0]["error"] == 0.0).all()

@@ -33,7 +33,9 @@ def make(kind: str, size: int, world: int, rank: int, tail: str = "uneven", **op
         if kind == "sampler":
             return DistributedSampler(range(size), world, rank, tail=tail, **extra, **options)
         if kind == "batch":
-            return DistributedBatchSampler(range(size), 3, world, rank, tail=tail, **extra, **options)
+            return DistributedBatchSampler(
+                range(size), 3, world, rank, tail=tail, **extra, **options
+            )
         inner = RandomSampler(range(size)) if size else SequentialSampler(range(0))
         return DistributedSamplerWrapper(inner, world, rank, tail=tail, **options)
 
@@ -160,7 +162,9 @@ def test_ranks_whose_share_ended_first_save_the_same_state_as_the_others() -> No
 
 def test_per_rank_states_with_auto_epoch_keep_the_ranks_on_one_epoch() -> None:
     """Each rank loads its own state; with uneven shares they used to drift apart."""
-    ranks = [DistributedSampler(range(10), 4, rank, tail="uneven", auto_epoch=True) for rank in range(4)]
+    ranks = [
+        DistributedSampler(range(10), 4, rank, tail="uneven", auto_epoch=True) for rank in range(4)
+    ]
     seen_per_epoch = []
     for _ in range(3):
         seen = Counter(run_epoch(ranks))
@@ -203,10 +207,13 @@ def test_at_every_step_every_rank_saves_the_same_state(kind, size, world, tail, 
 @pytest.mark.parametrize("way", ["sampler", "batch_sampler"])
 def test_a_dataloader_with_workers_needs_no_consumed(way: str, workers: int) -> None:
     """The DataLoader fetched ahead; the state records the step the loop reached."""
+
     def build(seed: int) -> tuple[Any, DataLoader]:
         if way == "sampler":
             sampler: Any = DistributedSampler(range(100), 2, 1, seed=seed)
-            return sampler, DataLoader(range(100), batch_size=4, sampler=sampler, num_workers=workers)
+            return sampler, DataLoader(
+                range(100), batch_size=4, sampler=sampler, num_workers=workers
+            )
         sampler = DistributedBatchSampler(range(100), 4, 2, 1, seed=seed)
         return sampler, DataLoader(range(100), batch_sampler=sampler, num_workers=workers)
 
@@ -242,7 +249,9 @@ def test_double_and_triple_resumes_on_4_then_3_then_5_ranks(way: str) -> None:
                 sampler: Any = DistributedSampler(range(size), world, rank, seed=9, tail="uneven")
                 loader = DataLoader(range(size), batch_size=batch, sampler=sampler, num_workers=2)
             else:
-                sampler = DistributedBatchSampler(range(size), batch, world, rank, seed=9, tail="uneven")
+                sampler = DistributedBatchSampler(
+                    range(size), batch, world, rank, seed=9, tail="uneven"
+                )
                 loader = DataLoader(range(size), batch_sampler=sampler, num_workers=2)
             if state is not None:
                 sampler.load_state_dict(state)
@@ -289,7 +298,9 @@ def test_consumed_counts_steps_times_the_batch_size_since_the_iteration_began() 
 
 def test_consumed_past_a_short_share_means_the_step_count_every_rank_agrees_on() -> None:
     """7 samples on 2 ranks, batches of 2: rank 1's second batch holds 1 sample."""
-    ranks = [DistributedSampler(range(7), 2, rank, tail="uneven", shuffle=False) for rank in range(2)]
+    ranks = [
+        DistributedSampler(range(7), 2, rank, tail="uneven", shuffle=False) for rank in range(2)
+    ]
     for sampler in ranks:
         list(sampler)
     # After step 1 both ranks count 2; after step 2 both count 4, rank 1 included.
@@ -397,7 +408,10 @@ def _state(**changes: Any) -> dict[str, Any]:
     ("state", "message"),
     [
         (_state(dataset_length=11), "'dataset_length' is 11, but the dataset now has 10"),
-        (_state(version=3), "'version' is 3; this version of dsampler reads state versions 1 and 2"),
+        (
+            _state(version=3),
+            "'version' is 3; this version of dsampler reads state versions 1 and 2",
+        ),
         (_state(version=2.0), "'version' must be int, got 2.0"),
         (_state(version=True), "'version' must be int, got True"),
         (_state(position=11), r"'position' is 11, outside the epoch's positions \[0, 10\]"),
@@ -407,7 +421,10 @@ def _state(**changes: Any) -> dict[str, Any]:
         (_state(finished="yes"), "'finished' must be bool"),
         (_state(shuffle="yes"), "'shuffle' must be bool"),
         (_state(sampler="DistributedBatchSampler"), "'sampler' is 'DistributedBatchSampler'"),
-        (_state(permutation="feistel"), "'permutation' is 'feistel', this sampler draws 'randperm'"),
+        (
+            _state(permutation="feistel"),
+            "'permutation' is 'feistel', this sampler draws 'randperm'",
+        ),
         (_state(seed=2**64, epoch=1), "'seed' and 'epoch' do not fit"),
         (_state(world_size=10**12), "'world_size' is not one dsampler writes"),
         ({k: v for k, v in _state().items() if k != "position"}, "'position' is missing"),

@@ -54,7 +54,7 @@ def dropped_by(case: Case) -> tuple[list[int], list[int]]:
     """
     shares = [sampler_share(case, rank, 0) for rank in range(case.world_size)]
     yielded = {index for share in shares for index in share}
-    never = [index for index in plan(case, 0).order.tolist() if index not in yielded]
+    never = [index for index in plan(case, 0).order.materialise().tolist() if index not in yielded]
     received = batches(case)
     held_back = [
         index
@@ -75,7 +75,7 @@ def held_back_padding(case: Case) -> list[int]:
     copies = []
     for rank in range(case.world_size):
         kept = len(flat(received[0, rank]))
-        positions = rank_positions(epoch_plan.sizes.total_size, case.world_size, rank, start=kept)
+        positions = rank_positions(epoch_plan.sizes.total_size, case.world_size, rank, lo=kept)
         padded = positions[epoch_plan.is_padding(positions)]
         copies.extend(epoch_plan.indices_at(padded).tolist())
     return copies
@@ -106,7 +106,7 @@ def build() -> Evidence:
                 "batch size": case.batch_size,
                 "sampler drop_last": case.drop_last,
                 "DataLoader drop_last": case.loader_drop_last,
-                "epoch order": listed(epoch_plan.order.tolist()),
+                "epoch order": listed(epoch_plan.order.materialise().tolist()),
                 "sampler yields per rank": listed(
                     len(sampler_share(case, rank, 0)) for rank in range(case.world_size)
                 ),

@@ -60,7 +60,7 @@ def sampler_share(case: Case, rank: int, epoch: int) -> list[int]:
 def plan(case: Case, epoch: int) -> EpochPlan:
     """The planning layer's view of the case's epoch (epoch 0's order without set_epoch)."""
     sizes = ShardSizes.of(case.dataset_size, case.world_size, case.drop_last)
-    return EpochPlan(sizes, case.shuffle, case.seed, epoch if case.set_epoch else 0)
+    return EpochPlan.stock(sizes, case.shuffle, case.seed, epoch if case.set_epoch else 0)
 
 
 def layout(epoch_plan: EpochPlan) -> dict[str, object]:

@@ -75,7 +75,7 @@ def build() -> Evidence:
                     "world size": case.world_size,
                     "epoch": epoch,
                     "padding": sizes.padding,
-                    "epoch order": listed(epoch_plan.order.tolist()),
+                    "epoch order": listed(epoch_plan.order.materialise().tolist()),
                     "head of the order, wrapping": listed(head),
                     "copies received": listed(copies),
                     "copies = head": copies == head,

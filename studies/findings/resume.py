@@ -14,15 +14,17 @@ from studies.findings import Evidence, Table
 from studies.findings.observe import joined
 
 NAME = "resume"
-TITLE = "Resuming mid-epoch on another world size: what is repeated and what is never seen"
+TITLE = "Resuming on another world size, mid-epoch and at an epoch's end: what is repeated and what is never seen"
 CLAIM = (
-    "A job stopped after k steps on W ranks and resumed on W' ranks, over one epoch: the "
+    "A job stopped after k steps on W ranks (mid-epoch, or after the epoch's last step) and "
+    "resumed on W' ranks, over that epoch: the "
     "stock sampler restarted at the epoch start, the stock sampler with each new rank "
     "skipping as many indices as an old rank had yielded (what torchdata's "
     "StatefulDataLoader does for a sampler without state), and our samplers' "
     "state_dict()/load_state_dict() with each tail policy. Ours sees every sample exactly "
-    'once with tail "uneven", every sample with fewer than W\' repeats with "pad", and none '
-    'twice with fewer than W\' unseen with "drop", on any new world size.'
+    'once with tail "uneven"; with "pad" every sample, and with "drop" none twice, repeating '
+    "or leaving out fewer samples than the world size whose layout ended the epoch (W' when "
+    "resumed mid-epoch, W when the epoch had ended), on any new world size."
 )
 GUARDED_BY = "tests/test_findings.py::test_resume_repeats_and_loses_only_what_the_tail_allows"
 
@@ -46,14 +48,19 @@ APPROACHES: tuple[str, ...] = (RESTART, SKIP, *OURS.values())
 
 
 def steps_done(dataset_size: int, old_world: int) -> list[int]:
-    """Steps after which the job stops: the first, the middle and the last but one.
-
-    Counted on the shortest share (tail "drop"), so that every tail's epoch is still
-    under way: a state saved after the last step describes the next epoch instead.
-    """
+    """Steps after which the job stops: the first, the middle and the last but one of the
+    shortest share (tail "drop", so every tail's epoch is still under way), and the
+    epoch's last step (of the longest share: every tail's epoch is over)."""
     shortest = dataset_size // old_world
     steps = -(-shortest // BATCH_SIZE)
-    return sorted({step for step in (1, steps // 2, steps - 1) if 0 < step < steps})
+    longest = -(-(-(-dataset_size // old_world)) // BATCH_SIZE)
+    middle = {step for step in (1, steps // 2, steps - 1) if 0 < step < steps}
+    return sorted(middle | {longest})
+
+
+def at_epoch_end(dataset_size: int, old_world: int, steps: int) -> bool:
+    """Whether ``steps`` is the epoch's last step (see :func:`steps_done`)."""
+    return steps == max(steps_done(dataset_size, old_world))
 
 
 def _stock(dataset_size: int, world: int, rank: int) -> StockSampler:
@@ -76,8 +83,9 @@ def _ours(dataset_size: int, world: int, rank: int, tail: str) -> DistributedSam
 
 def received(
     approach: str, dataset_size: int, old_world: int, steps: int, new_world: int
-) -> torch.Tensor:
-    """Everything the ranks receive in the epoch, before the stop and after the resume.
+) -> tuple[torch.Tensor, int]:
+    """Everything the ranks receive in the epoch, before the stop and after the resume, and
+    how many of those indices came after the resume.
 
     Before the stop every old rank took ``steps * BATCH_SIZE`` indices (or its whole
     share), in lockstep.
@@ -90,6 +98,7 @@ def received(
         old = [_ours(dataset_size, old_world, rank, tail) for rank in range(old_world)]
     iterators = [iter(sampler) for sampler in old]
     parts = [list(islice(iterator, taken)) for iterator in iterators]
+    before = sum(len(part) for part in parts)
 
     for rank in range(new_world):
         if approach == RESTART:
@@ -100,11 +109,13 @@ def received(
             fresh = iter(_stock(dataset_size, new_world, rank))
             parts.append(list(islice(fresh, len(parts[0]), None)))
         else:
+            tail = next(tail for tail, label in OURS.items() if label == approach)
             state = old[0].state_dict()
-            sampler = _ours(dataset_size, new_world, rank, state["tail"])
+            sampler = _ours(dataset_size, new_world, rank, tail)
             sampler.load_state_dict(state)
             parts.append(list(sampler))
-    return torch.tensor([index for part in parts for index in part], dtype=torch.int64)
+    indices = torch.tensor([index for part in parts for index in part], dtype=torch.int64)
+    return indices, indices.numel() - before
 
 
 def outcomes() -> pd.DataFrame:
@@ -115,17 +126,23 @@ def outcomes() -> pd.DataFrame:
             for steps in steps_done(dataset_size, old_world):
                 for new_world in NEW_WORLD_SIZES:
                     for approach in APPROACHES:
-                        indices = received(approach, dataset_size, old_world, steps, new_world)
+                        indices, after = received(
+                            approach, dataset_size, old_world, steps, new_world
+                        )
                         counts = torch.bincount(indices, minlength=dataset_size)
                         rows.append(
                             {
                                 "dataset size": dataset_size,
                                 "old world size": old_world,
                                 "steps done": steps,
+                                "stopped": "epoch end"
+                                if at_epoch_end(dataset_size, old_world, steps)
+                                else "mid-epoch",
                                 "new world size": new_world,
                                 "how the job resumes": approach,
                                 "samples repeated": int((counts - 1).clamp(min=0).sum()),
                                 "samples never seen": int((counts == 0).sum()),
+                                "received after the resume": after,
                             }
                         )
     return pd.DataFrame(rows)
@@ -138,7 +155,7 @@ def by_approach(table: pd.DataFrame) -> pd.DataFrame:
     )
     summary = (
         table.assign(**{"world size": world})
-        .groupby(["how the job resumes", "world size"], sort=False)
+        .groupby(["how the job resumes", "stopped", "world size"], sort=False)
         .agg(
             configurations=("samples repeated", "size"),
             **{
@@ -153,13 +170,18 @@ def by_approach(table: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def example(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+def example(table: pd.DataFrame, stopped: str = "mid-epoch") -> tuple[pd.DataFrame, int]:
     """One job, every way of resuming, on fewer and on more ranks; and its steps done.
 
-    The job stops after the middle one of its measured step counts.
+    Mid-epoch, the job stops after the middle one of its measured step counts; at the
+    epoch's end, after its last step.
     """
     size, old_world, new_worlds = EXAMPLE
-    job = table[(table["dataset size"] == size) & (table["old world size"] == old_world)]
+    job = table[
+        (table["dataset size"] == size)
+        & (table["old world size"] == old_world)
+        & (table["stopped"] == stopped)
+    ]
     measured = sorted(job["steps done"].unique())
     steps = int(measured[len(measured) // 2])
     job = job[job["steps done"] == steps]
@@ -172,9 +194,15 @@ def example(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame, steps
 
 
+def allowance(table: pd.DataFrame) -> pd.Series:
+    """Per row, the world size whose padding (or trimming) the epoch used: the new one when
+    it was resumed mid-epoch, the old one when the stop came after its last step."""
+    return table["new world size"].where(table["stopped"] == "mid-epoch", table["old world size"])
+
+
 def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
     """Whether each tail's guarantee held in every configuration measured."""
-    new = table["new world size"]
+    world = allowance(table)
     repeated, never = table["samples repeated"], table["samples never seen"]
     holds = {}
     for tail, label in OURS.items():
@@ -182,9 +210,9 @@ def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
         if tail == "uneven":
             ok = (repeated[rows] == 0) & (never[rows] == 0)
         elif tail == "pad":
-            ok = (repeated[rows] < new[rows]) & (never[rows] == 0)
+            ok = (repeated[rows] < world[rows]) & (never[rows] == 0)
         else:
-            ok = (repeated[rows] == 0) & (never[rows] < new[rows])
+            ok = (repeated[rows] == 0) & (never[rows] < world[rows])
         holds[tail] = bool(ok.all())
     return holds
 
@@ -193,12 +221,15 @@ def build() -> Evidence:
     table = outcomes()
     summary = by_approach(table)
     one, steps = example(table)
+    end, last_step = example(table, "epoch end")
     size, old_world, (fewer, more) = EXAMPLE
     changed = table[table["old world size"] != table["new world size"]]
     same = table[table["old world size"] == table["new world size"]]
 
     restart = table[table["how the job resumes"] == RESTART]
-    consumed = restart["steps done"] * BATCH_SIZE * restart["old world size"]
+    consumed = (restart["steps done"] * BATCH_SIZE * restart["old world size"]).clip(
+        upper=restart["dataset size"]
+    )
     restart_repeats_all = bool((restart["samples repeated"] >= consumed).all())
     skip_changed = changed[changed["how the job resumes"] == SKIP]
     skip_same = same[same["how the job resumes"] == SKIP]
@@ -211,6 +242,11 @@ def build() -> Evidence:
     held = [tail for tail in TAILS if holds[tail]]
     broken = [tail for tail in TAILS if not holds[tail]]
     rows = one.set_index("how the job resumes")
+    ended = end.set_index("how the job resumes")
+    at_end = table[table["stopped"] == "epoch end"]
+    ours_at_end = at_end[at_end["how the job resumes"].isin(list(OURS.values()))]
+    restart_at_end = at_end[at_end["how the job resumes"] == RESTART]
+    ours_end_nothing = bool((ours_at_end["received after the resume"] == 0).all())
     on_fewer = rows.loc[RESTART, f"on {fewer} ranks: repeated"]
     on_more = rows.loc[RESTART, f"on {more} ranks: repeated"]
     restarted = (
@@ -245,14 +281,28 @@ def build() -> Evidence:
         + joined(f'"{tail}"' for tail in held)
         + (f", and NOT for {joined(broken)}" if broken else "")
         + ': "uneven" every sample exactly once, "pad" none lost and fewer repeats than the '
-        'new world size, "drop" none repeated and fewer lost than the new world size. For '
+        'world size that padded the epoch, "drop" none repeated and fewer lost than the world '
+        "size that trimmed it. For "
         f"example, {size} samples stopped after {steps} steps on {old_world} ranks: skipping "
         f"repeated {rows.loc[SKIP, f'on {fewer} ranks: repeated']} samples when resumed on "
         f"{fewer} ranks and left {rows.loc[SKIP, f'on {more} ranks: never seen']} never seen "
         f"when resumed on {more} (the new ranks skip {steps * BATCH_SIZE} samples each, "
-        f"whatever their number), while restarting repeated {restarted}. To checkpoint, save "
-        "`sampler.state_dict()` (with `consumed=` the steps the loop took, times the batch "
-        "size, when a DataLoader with workers fetches ahead) and resume with "
+        f"whatever their number), while restarting repeated {restarted}. Stopped after the "
+        f"epoch's last step ({last_step} steps), restarting repeated "
+        f"{ended.loc[RESTART, f'on {fewer} ranks: repeated']} samples on {fewer} ranks, "
+        f"(the new ranks received {int(restart_at_end['received after the resume'].min())} "
+        "or more indices of the finished epoch in every end-of-epoch configuration), "
+        "while our samplers' state, which then says the epoch is finished, "
+        + (
+            f"handed out nothing more of it in all {len(ours_at_end)} end-of-epoch "
+            "configurations, every tail"
+            if ours_end_nothing
+            else "did NOT always hand out nothing more of it"
+        )
+        + ": the resumed loop's `set_epoch(epoch)` yields nothing more of it and the next "
+        "`set_epoch` starts the next epoch. To checkpoint, save `sampler.state_dict()` at any "
+        "step (it is the same on every rank, and with a DataLoader, whatever its "
+        "`num_workers`, it is the step the loop reached) and resume with "
         "`sampler.load_state_dict(state)` on every new rank."
     )
     note = (
@@ -268,6 +318,12 @@ def build() -> Evidence:
                 f"One job: {size} samples, stopped after {steps} steps on {old_world} ranks, "
                 f"resumed on {fewer} or on {more}",
                 one,
+                note=note,
+            ),
+            Table(
+                f"The same job stopped after the epoch's last step ({last_step} steps), "
+                f"resumed on {fewer} or on {more}",
+                end,
                 note=note,
             ),
             Table(
