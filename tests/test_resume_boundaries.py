@@ -263,7 +263,7 @@ def test_double_and_triple_resumes_on_4_then_3_then_5_ranks(way: str) -> None:
     state = None
     for world, steps in ((4, 2), (3, 3), (5, None)):
         built = ranks(world, state)
-        for sampler, iterator in built:
+        for _, iterator in built:
             taken = list(islice(iterator, steps)) if steps is not None else list(iterator)
             seen.update(flat([b.tolist() for b in taken]))
         states = [sampler.state_dict() for sampler, _ in built]

@@ -9,12 +9,15 @@ import torch
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedSampler
-from samplers.plan import TAILS
+from samplers.plan import TAILS, ceil_div
 from studies.findings import Evidence, Table
 from studies.findings.observe import joined
 
 NAME = "resume"
-TITLE = "Resuming on another world size, mid-epoch and at an epoch's end: what is repeated and what is never seen"
+TITLE = (
+    "Resuming on another world size, mid-epoch and at an epoch's end: what is repeated and "
+    "what is never seen"
+)
 CLAIM = (
     "A job stopped after k steps on W ranks (mid-epoch, or after the epoch's last step) and "
     "resumed on W' ranks, over that epoch: the "
@@ -52,8 +55,8 @@ def steps_done(dataset_size: int, old_world: int) -> list[int]:
     shortest share (tail "drop", so every tail's epoch is still under way), and the
     epoch's last step (of the longest share: every tail's epoch is over)."""
     shortest = dataset_size // old_world
-    steps = -(-shortest // BATCH_SIZE)
-    longest = -(-(-(-dataset_size // old_world)) // BATCH_SIZE)
+    steps = ceil_div(shortest, BATCH_SIZE)
+    longest = ceil_div(ceil_div(dataset_size, old_world), BATCH_SIZE)
     middle = {step for step in (1, steps // 2, steps - 1) if 0 < step < steps}
     return sorted(middle | {longest})
 
