@@ -18,7 +18,7 @@ from typing import Any
 from unittest import mock
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import BatchSampler, SubsetRandomSampler
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
@@ -29,9 +29,11 @@ NOT_INSTALLED = "not installed"
 NOT_AVAILABLE = "not available in this version"
 
 
-def _seeded_random(dataset: Any, seed: int) -> RandomSampler:
-    """A RandomSampler whose generator is seeded identically on every rank."""
-    return RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+def _seeded_random(dataset: Any, seed: int) -> SubsetRandomSampler:
+    """A random sampler seeded identically on every rank: the order ``RandomSampler``
+    draws (one ``randperm`` from the generator), also for an empty dataset, which
+    ``RandomSampler`` refuses."""
+    return SubsetRandomSampler(range(len(dataset)), generator=torch.Generator().manual_seed(seed))
 
 
 def torch_pad(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:

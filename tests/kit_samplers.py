@@ -125,7 +125,10 @@ class CountingResume(Strided):
     def __iter__(self) -> Iterator[int]:
         order = self.order()[self.rank :: self.world]
         self.yielded, skip, self.skip = self.skip, self.skip, 0
-        for index in order[skip:]:
+        return self._rest(order[skip:])
+
+    def _rest(self, rest: list[int]) -> Iterator[int]:
+        for index in rest:
             self.yielded += 1
             yield index
 
@@ -142,6 +145,54 @@ class PerRankResume(CountingResume):
     """Saves the rank's own count: exact on the same world size, wrong on another."""
 
     off_by = 0
+
+
+class ReplaysAfterEpochEnd(CountingResume):
+    """Its state after the epoch's last index says "a fresh epoch": resumed with the usual
+    loop (load, then ``set_epoch`` of the saved epoch), the epoch is replayed."""
+
+    off_by = 0
+
+    def state_dict(self) -> dict[str, int]:
+        finished = self.yielded == len(self)
+        return {"epoch": self.epoch, "yielded": 0 if finished else self.yielded}
+
+
+class RaisesForTinyDatasets(Strided):
+    """Refuses a dataset with fewer samples than ranks (as some samplers assert)."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        if len(dataset) < num_replicas:
+            raise AssertionError(f"{len(dataset)} samples for {num_replicas} ranks")
+        super().__init__(dataset, num_replicas, rank, seed)
+
+
+class IgnoresSeed(Strided):
+    """Takes a seed but draws its permutation from the epoch alone."""
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+
+class StaleAfterResume(CountingResume):
+    """Resumes the epoch right, but keeps skipping in the epochs after it."""
+
+    off_by = 0
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order()[self.rank :: self.world]
+        self.yielded, skip = self.skip, self.skip
+        return self._rest(order[skip:])
+
+
+class LenAfterResume(CountingResume):
+    """Resumes right, but its ``len()`` still says the whole share after loading."""
+
+    off_by = 0
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.size, self.world))
 
 
 def wrong_len_matches_iteration(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
@@ -186,6 +237,30 @@ def wrong_resumes_same_world_size(dataset: Any, num_replicas: int, rank: int, se
 
 def wrong_resumes_other_world_size(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return PerRankResume(dataset, num_replicas, rank, seed)
+
+
+def wrong_handles_every_size(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return RaisesForTinyDatasets(dataset, num_replicas, rank, seed)
+
+
+def wrong_seed_changes_order(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return IgnoresSeed(dataset, num_replicas, rank, seed)
+
+
+def replays_after_epoch_end(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return ReplaysAfterEpochEnd(dataset, num_replicas, rank, seed)
+
+
+def stale_after_resume(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return StaleAfterResume(dataset, num_replicas, rank, seed)
+
+
+def per_rank_resume(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return PerRankResume(dataset, num_replicas, rank, seed)
+
+
+def len_after_resume(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return LenAfterResume(dataset, num_replicas, rank, seed)
 
 
 def ours_uneven(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:

@@ -25,6 +25,7 @@ from studies.findings import guarantees
 
 #: For each guarantee, one of the project's samplers that gives it (a factory).
 HOLDERS = {
+    "handles-every-size": kit_samplers.ours_uneven,
     "len-matches-iteration": kit_samplers.ours_uneven,
     "equal-length-across-ranks": kit_samplers.ours_batches_pad,
     "equal-batch-counts": kit_samplers.ours_batches_pad,
@@ -32,6 +33,7 @@ HOLDERS = {
     "exactly-once": kit_samplers.ours_uneven,
     "no-tiny-batch": kit_samplers.ours_batches_pad,
     "reshuffles-with-set-epoch": kit_samplers.ours_uneven,
+    "seed-changes-order": kit_samplers.ours_uneven,
     "deterministic": kit_samplers.ours_uneven,
     "resumes-same-world-size": kit_samplers.ours_batches_pad,
     "resumes-other-world-size": kit_samplers.ours_uneven,
@@ -51,6 +53,7 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
         list(kit.GUARANTEES)
         == list(kit.CHECKS)
         == [
+            "handles-every-size",
             "len-matches-iteration",
             "equal-length-across-ranks",
             "equal-batch-counts",
@@ -58,6 +61,7 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
             "exactly-once",
             "no-tiny-batch",
             "reshuffles-with-set-epoch",
+            "seed-changes-order",
             "deterministic",
             "resumes-same-world-size",
             "resumes-other-world-size",
@@ -78,7 +82,7 @@ def test_the_kit_finds_each_deliberate_violation_with_a_counterexample(guarantee
         return  # the configuration alone does not replay another process's global RNG
     arguments = {
         name: found[name]
-        for name in ("dataset_size", "world_size", "batch_size", "epoch", "taken")
+        for name in ("dataset_size", "world_size", "batch_size", "epoch", "taken", "seed")
         if name in found
     }
     if "other_world_size" in found:
@@ -92,6 +96,31 @@ def test_the_kit_finds_no_violation_in_our_samplers_that_give_it(guarantee: str)
     result = kit.check_guarantee(HOLDERS[guarantee], guarantee)
     assert result.holds is True, result
     assert result.counterexample is None
+
+
+@pytest.mark.parametrize(
+    ("factory", "guarantee", "said"),
+    [
+        (kit_samplers.replays_after_epoch_end, "resumes-same-world-size", "the epoch was over"),
+        (kit_samplers.per_rank_resume, "resumes-same-world-size", "state"),
+        (kit_samplers.stale_after_resume, "resumes-same-world-size", "the uninterrupted run's"),
+        (kit_samplers.len_after_resume, "len-matches-iteration", "after a state saved at step"),
+    ],
+)
+def test_the_kit_searches_the_boundaries(factory: kit.Factory, guarantee: str, said: str) -> None:
+    """Each of these samplers resumes right mid-epoch and breaks at a boundary: the epoch's
+    end, another rank's state, the epochs after the resumed one, len() after loading."""
+    result = kit.check_guarantee(factory, guarantee)
+    assert result.holds is False, result
+    assert result.counterexample is not None
+    assert said in result.counterexample["what"] + result.experience, result
+
+
+def test_a_rank_whose_state_differs_is_named() -> None:
+    """Per-rank counts: the short ranks' states resume the long ranks wrongly."""
+    config = kit.Configuration(dataset_size=10, world_size=4, taken=2)
+    with pytest.raises(AssertionError, match=r"rank [23]'s state"):
+        kit.resumes_same_world_size(kit_samplers.per_rank_resume, config)
 
 
 def test_counterexamples_are_shrunk_to_the_smallest_case() -> None:
@@ -123,7 +152,7 @@ def test_a_factory_not_importable_by_name_is_compared_in_this_process_only() -> 
 def test_the_thorough_search_finds_the_violation_too(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(kit, "CHECKS", {"covers-dataset": kit.covers_dataset})
+    monkeypatch.setattr(kit.search, "GUARANTEES", {"covers-dataset": "every index"})
     reference = "kit_samplers:wrong_covers_dataset"
     assert main(["check", reference, "--thorough", "--format", "json"]) == 1
     (record,) = json.loads(capsys.readouterr().out)
@@ -245,7 +274,7 @@ def test_cli_exit_status_says_whether_a_guarantee_is_violated(
     assert main(["check", "kit_samplers:ours_batches_pad", "--format", "json"]) == 1
     records = json.loads(capsys.readouterr().out)
     assert {r["guarantee"] for r in records if r["holds"] is False} == {"exactly-once"}
-    monkeypatch.setattr(kit, "CHECKS", {"exactly-once": kit.exactly_once})
+    monkeypatch.setattr(kit.search, "GUARANTEES", {"exactly-once": "exactly once"})
     assert main(["check", "kit_samplers:ours_uneven", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["holds"] is True
 
@@ -315,8 +344,22 @@ def test_the_matrix_claim_holds_for_its_samplers() -> None:
     assert holds(peers.torch_pad, "resumes-same-world-size") is None
     assert holds(peers.ours_pad, "resumes-other-world-size") is True
     pytest.importorskip("torchdata")
-    assert holds(peers.torchdata_stateful, "resumes-same-world-size") is True
     assert holds(peers.torchdata_stateful, "resumes-other-world-size") is False
+
+
+def test_the_matrix_finds_samplers_that_raise_for_valid_sizes_or_ignore_their_seed() -> None:
+    pytest.importorskip("lightning")
+    unrepeated = kit.check_guarantee(peers.lightning_unrepeated, "handles-every-size")
+    assert unrepeated.holds is False and unrepeated.counterexample is not None
+    example = unrepeated.counterexample
+    assert 1 <= example["dataset_size"] < example["world_size"]
+    assert "AssertionError" in example["what"]
+    assert kit.check_guarantee(peers.lightning_unrepeated, "seed-changes-order").holds is False
+    pytest.importorskip("mmengine")
+    rounded = kit.check_guarantee(peers.mmengine_round_up, "handles-every-size")
+    assert rounded.holds is False and rounded.counterexample is not None
+    assert rounded.counterexample["dataset_size"] == 0
+    assert "ZeroDivisionError" in rounded.counterexample["what"]
 
 
 def test_a_peer_that_is_not_installed_is_a_column_marked_so(

@@ -242,11 +242,15 @@ class Batched(Layout):
     def positions(self, rank: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         lo, hi = _share_range(lo, hi, self.count(rank))
         starts, sizes = self._starts_and_sizes(rank, lo, hi)
-        total = int(sizes.sum())
-        offsets = torch.cumsum(sizes, 0) - sizes
-        # Each batch's positions run from its start: start + (k - offset of its batch).
-        within = torch.arange(total, dtype=torch.int64)
-        return (starts - offsets).repeat_interleave(sizes, output_size=total) + within
+        if sizes.numel() == 0:
+            return torch.empty(0, dtype=torch.int64)
+        # Every batch's positions as a row from its start, the widest batch wide; the
+        # narrower batches (one shorter, with "uneven") leave out their last column.
+        width = int(sizes.max())
+        grid = starts.unsqueeze(1) + torch.arange(width, dtype=torch.int64)
+        if int(sizes.min()) == width:
+            return grid.reshape(-1)
+        return grid[torch.arange(width).unsqueeze(0) < sizes.unsqueeze(1)]
 
     def batch_sizes(self, rank: int, lo: int = 0, hi: int | None = None) -> list[int]:
         lo, hi = _share_range(lo, hi, self.count(rank))

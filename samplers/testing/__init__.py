@@ -1,0 +1,110 @@
+"""Check any distributed sampler against the guarantees this project's samplers give.
+
+Import it explicitly (``import samplers.testing``); ``import samplers`` does not, and the
+search (:func:`check`) needs the ``test`` extra (hypothesis) and the ``study`` extra
+(pandas), imported only when it runs.
+
+A *factory* is a callable taking the keyword arguments ``dataset``, ``num_replicas``,
+``rank``, ``seed`` and ``batch_size`` (it is passed only those its signature names, or
+all of them when it takes ``**kwargs``) and returning a sampler that yields dataset
+indices, or a batch sampler that yields lists of indices; the kit tells them apart by
+what they yield. The dataset is ``range(dataset_size)``.
+
+Each guarantee is a plain function ``(factory, configuration) -> None`` that raises
+:class:`Violation` (an ``AssertionError``) naming the rank, the epoch and what went wrong,
+:class:`Unsupported` when the sampler lacks what the guarantee needs (``set_epoch``,
+``state_dict``, ``__len__``), or :class:`Rejected` when the sampler raises for the
+configuration; call them from your own tests. :func:`check` searches configurations for
+each guarantee with hypothesis and reports the smallest counterexample it shrinks to.
+
+Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
+registered once), :mod:`~samplers.testing.epochs` and :mod:`~samplers.testing.resumes`
+(the checks), :mod:`~samplers.testing.running` (building and running a factory's
+samplers), :mod:`~samplers.testing.factories` (factories by name, and the fresh-process
+comparison) and :mod:`~samplers.testing.search` (the search).
+
+Example::
+
+    >>> from samplers import DistributedSampler
+    >>> from samplers.testing import Configuration, exactly_once
+    >>> def factory(dataset, num_replicas, rank, seed):
+    ...     return DistributedSampler(dataset, num_replicas, rank, seed=seed, tail="uneven")
+    >>> exactly_once(factory, Configuration(dataset_size=10, world_size=4))
+"""
+
+from samplers.testing.epochs import (
+    RESHUFFLE_MIN_DISTINCT,
+    covers_dataset,
+    equal_batch_counts,
+    equal_length_across_ranks,
+    exactly_once,
+    handles_every_size,
+    len_matches_iteration,
+    no_tiny_batch,
+    reshuffles_with_set_epoch,
+    seed_changes_order,
+)
+from samplers.testing.factories import (
+    deterministic,
+    deterministic_across_processes,
+    load_factory,
+    validated,
+)
+from samplers.testing.registry import CHECKS, GUARANTEES, REGISTRY
+from samplers.testing.resumes import resumes_other_world_size, resumes_same_world_size
+from samplers.testing.running import (
+    Configuration,
+    Factory,
+    Rejected,
+    Unsupported,
+    Violation,
+    epoch_outputs,
+)
+from samplers.testing.search import (
+    EXAMPLES,
+    MAX_BATCH_SIZE,
+    MAX_DATASET_SIZE,
+    MAX_EPOCH,
+    MAX_WORLD_SIZE,
+    Result,
+    check,
+    check_all,
+    check_guarantee,
+)
+
+__all__ = [
+    "CHECKS",
+    "EXAMPLES",
+    "GUARANTEES",
+    "MAX_BATCH_SIZE",
+    "MAX_DATASET_SIZE",
+    "MAX_EPOCH",
+    "MAX_WORLD_SIZE",
+    "REGISTRY",
+    "RESHUFFLE_MIN_DISTINCT",
+    "Configuration",
+    "Factory",
+    "Rejected",
+    "Result",
+    "Unsupported",
+    "Violation",
+    "check",
+    "check_all",
+    "check_guarantee",
+    "covers_dataset",
+    "deterministic",
+    "deterministic_across_processes",
+    "epoch_outputs",
+    "equal_batch_counts",
+    "equal_length_across_ranks",
+    "exactly_once",
+    "handles_every_size",
+    "len_matches_iteration",
+    "load_factory",
+    "no_tiny_batch",
+    "reshuffles_with_set_epoch",
+    "resumes_other_world_size",
+    "resumes_same_world_size",
+    "seed_changes_order",
+    "validated",
+]

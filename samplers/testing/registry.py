@@ -1,0 +1,56 @@
+"""The guarantees, each registered once: its id, what it states, and its check function."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from samplers.testing.running import Configuration, Factory, Failure
+
+__all__ = ["CHECKS", "GUARANTEES", "REGISTRY", "Guarantee", "guarantee"]
+
+Check = Callable[[Factory, Configuration], None]
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """One guarantee: ``check(factory, configuration)`` raises ``Violation`` when it fails."""
+
+    id: str
+    statement: str
+    check: Check
+
+
+#: Every guarantee, by id, in the order the kit reports them.
+REGISTRY: dict[str, Guarantee] = {}
+#: Each guarantee's statement, by id.
+GUARANTEES: dict[str, str] = {}
+#: Each guarantee's check function, by id.
+CHECKS: dict[str, Check] = {}
+
+
+def guarantee(id: str, statement: str) -> Callable[[Check], Check]:
+    """Register the decorated check function as the guarantee ``id``.
+
+    The function raises :class:`~samplers.testing.running.Failure`; the registered (and
+    returned) function raises it as a ``Violation`` of ``id``.
+    """
+
+    def register(check: Check) -> Check:
+        if id in REGISTRY:
+            raise ValueError(f"guarantee {id!r} is registered twice")
+
+        @functools.wraps(check)
+        def checked(factory: Factory, configuration: Configuration) -> None:
+            try:
+                check(factory, configuration)
+            except Failure as failure:
+                raise failure.violation(id) from None
+
+        REGISTRY[id] = Guarantee(id, statement, checked)
+        GUARANTEES[id] = statement
+        CHECKS[id] = checked
+        return checked
+
+    return register

@@ -1,0 +1,298 @@
+"""Building and running a factory's samplers: configurations, outcomes, and lockstep runs.
+
+A *factory* is a callable taking the keyword arguments ``dataset``, ``num_replicas``,
+``rank``, ``seed`` and ``batch_size`` (it is passed only those its signature names, or all
+of them when it takes ``**kwargs``) and returning a sampler that yields dataset indices, or
+a batch sampler that yields lists of indices; the kit tells them apart by what they yield.
+The dataset is ``range(dataset_size)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import itertools
+import operator
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler
+
+__all__ = [
+    "ARGUMENTS",
+    "Configuration",
+    "Factory",
+    "Failure",
+    "Rejected",
+    "Unsupported",
+    "Violation",
+    "build",
+    "epoch_outputs",
+    "iterate",
+]
+
+Factory = Callable[..., Any]
+#: The keyword arguments a factory may take.
+ARGUMENTS = ("dataset", "num_replicas", "rank", "seed", "batch_size")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration the guarantees are checked on (all ranks of it are checked).
+
+    ``taken``: how far into the epoch a resumed run saved its state, in steps (reduced
+    modulo what the ranks yield); ``other_world_size``: the world size a state is loaded
+    into (the world size plus one when they are equal).
+    """
+
+    dataset_size: int
+    world_size: int
+    batch_size: int = 1
+    epoch: int = 0
+    seed: int = 0
+    taken: int = 0
+    other_world_size: int = 2
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("dataset_size", 0),
+            ("world_size", 1),
+            ("batch_size", 1),
+            ("epoch", 0),
+            ("taken", 0),
+            ("other_world_size", 1),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def resumed_world_size(self) -> int:
+        """The world size a state is loaded into: never the saved one."""
+        if self.other_world_size == self.world_size:
+            return self.world_size + 1
+        return self.other_world_size
+
+
+class Violation(AssertionError):
+    """A guarantee did not hold: on which rank and epoch, what went wrong, what it costs.
+
+    ``details`` adds what the counterexample needs beyond the configuration (e.g. how
+    many steps were taken before a state was saved).
+    """
+
+    def __init__(
+        self,
+        guarantee: str,
+        rank: int | None,
+        epoch: int,
+        what: str,
+        experience: str,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        place = f"rank {rank}, epoch {epoch}" if rank is not None else f"epoch {epoch}"
+        super().__init__(f"{guarantee} ({place}): {what}")
+        self.guarantee = guarantee
+        self.rank = rank
+        self.epoch = epoch
+        self.what = what
+        self.experience = experience
+        self.details = dict(details or {})
+
+
+class Failure(Exception):
+    """What a check function raises: a :class:`Violation` without its guarantee's id, which
+    the registry adds (see :func:`samplers.testing.registry.guarantee`)."""
+
+    def __init__(
+        self,
+        rank: int | None,
+        epoch: int,
+        what: str,
+        experience: str,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(what)
+        self.rank = rank
+        self.epoch = epoch
+        self.what = what
+        self.experience = experience
+        self.details = dict(details or {})
+
+    def violation(self, guarantee: str) -> Violation:
+        return Violation(guarantee, self.rank, self.epoch, self.what, self.experience, self.details)
+
+
+class Unsupported(Exception):
+    """The sampler lacks what a guarantee needs (e.g. ``state_dict``): it does not apply."""
+
+
+class Rejected(Exception):
+    """The factory or its sampler raised for a configuration (``error`` is what it raised).
+
+    The search skips such configurations for every guarantee but ``handles-every-size``,
+    which they violate.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def _accepted(factory: Factory) -> tuple[str, ...]:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return ARGUMENTS
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return ARGUMENTS
+    names = {p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
+    return tuple(name for name in ARGUMENTS if name in names)
+
+
+def takes(factory: Factory, name: str) -> bool:
+    """Whether the factory is passed the argument ``name``."""
+    return name in _accepted(factory)
+
+
+def build(
+    factory: Factory,
+    configuration: Configuration,
+    rank: int,
+    world_size: int | None = None,
+    seed: int | None = None,
+) -> Any:
+    """The factory's sampler for ``rank`` of ``world_size`` (default: the configuration's),
+    with ``seed`` (default: the configuration's). Raises :class:`Rejected` when the factory
+    raises."""
+    values = {
+        "dataset": range(configuration.dataset_size),
+        "num_replicas": configuration.world_size if world_size is None else world_size,
+        "rank": rank,
+        "seed": configuration.seed if seed is None else seed,
+        "batch_size": configuration.batch_size,
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return factory(**{name: values[name] for name in _accepted(factory)})
+    except Exception as error:
+        raise Rejected(error) from error
+
+
+def item(value: Any) -> int | list[int]:
+    """An index, or a batch of indices, as plain ints; ``TypeError`` for anything else."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_index(index) for index in value]
+    return _index(value)
+
+
+def _index(value: Any) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"the sampler yielded {value!r} ({type(value).__name__}), not an index"
+        ) from None
+
+
+def iterate(sampler: Any, limit: int | None = None) -> list[Any]:
+    """What one ``iter()`` of the sampler yields (at most ``limit`` items)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [item(value) for value in itertools.islice(iter(sampler), limit)]
+
+
+def set_epoch(sampler: Any, epoch: int) -> None:
+    """``sampler.set_epoch(epoch)`` when it has one."""
+    method = getattr(sampler, "set_epoch", None)
+    if callable(method):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            method(epoch)
+
+
+def epoch_outputs(factory: Factory, configuration: Configuration) -> list[list[Any]]:
+    """What each rank yields in the configuration's epoch, from fresh samplers."""
+    outputs = []
+    for rank in range(configuration.world_size):
+        sampler = build(factory, configuration, rank)
+        set_epoch(sampler, configuration.epoch)
+        outputs.append(iterate(sampler))
+    return outputs
+
+
+def is_batched(outputs: Sequence[Sequence[Any]]) -> bool:
+    return any(isinstance(value, list) for items in outputs for value in items)
+
+
+def indices(items: Sequence[Any]) -> list[int]:
+    """The indices a rank received, in order (a batch sampler's batches flattened)."""
+    return [i for value in items for i in (value if isinstance(value, list) else [value])]
+
+
+def batches(items: Sequence[Any], batched: bool, batch_size: int) -> list[list[int]]:
+    """The rank's batches: its own, or what a DataLoader with ``batch_size`` makes."""
+    if batched:
+        return [value if isinstance(value, list) else [value] for value in items]
+    return list(BatchSampler(list(items), batch_size, drop_last=False))
+
+
+def state_of(sampler: Any) -> dict[str, Any]:
+    """A copy of the sampler's state; :class:`Unsupported` without ``state_dict``."""
+    if not (
+        callable(getattr(sampler, "state_dict", None))
+        and callable(getattr(sampler, "load_state_dict", None))
+    ):
+        raise Unsupported("the sampler has no state_dict/load_state_dict")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return copy.deepcopy(sampler.state_dict())
+
+
+def load(sampler: Any, state: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler.load_state_dict(copy.deepcopy(state))
+
+
+class Lockstep:
+    """The ranks of one job, iterating an epoch one step (an item each) at a time.
+
+    A rank whose share has ended takes nothing at the steps that remain, and its iterator
+    has been asked once more (as a training loop that ended asks it).
+    """
+
+    def __init__(self, samplers: Sequence[Any]) -> None:
+        self.samplers = list(samplers)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.iterators: list[Iterator[Any]] = [iter(s) for s in self.samplers]
+        self.taken: list[list[Any]] = [[] for _ in self.samplers]
+
+    def step(self, steps: int = 1) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(steps):
+                for rank, iterator in enumerate(self.iterators):
+                    value = next(iterator, None)
+                    if value is not None:
+                        self.taken[rank].append(item(value))
+
+    def states(self) -> list[dict[str, Any]]:
+        return [state_of(sampler) for sampler in self.samplers]
+
+
+def plural(count: int, singular: str, many: str) -> str:
+    return f"{count} {singular if count == 1 else many}"
+
+
+def samples(count: int) -> str:
+    return plural(count, "sample", "samples")

@@ -1,0 +1,390 @@
+"""The search: hypothesis looks for a configuration that breaks a guarantee, and the
+smallest one it shrinks to is the counterexample.
+
+Derandomised by default (the same examples every run); ``thorough`` searches longer, with
+random examples. A configuration the sampler raises for is skipped (and named in the
+result) by every guarantee but ``handles-every-size``, which it violates; so is one that
+takes longer than ``time_limit`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from samplers.testing.factories import (
+    FRESH_PROCESS_CONFIGURATIONS,
+    deterministic_across_processes,
+    reference,
+    validated,
+)
+from samplers.testing.registry import CHECKS, GUARANTEES
+from samplers.testing.running import (
+    Configuration,
+    Factory,
+    Failure,
+    Rejected,
+    Unsupported,
+    Violation,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "EXAMPLES",
+    "MAX_BATCH_SIZE",
+    "MAX_DATASET_SIZE",
+    "MAX_EPOCH",
+    "MAX_WORLD_SIZE",
+    "SEEDS",
+    "Result",
+    "check",
+    "check_all",
+    "check_guarantee",
+]
+
+#: Dataset sizes, world sizes, batch sizes, epochs and seeds the search draws from.
+MAX_DATASET_SIZE = 3000
+MAX_WORLD_SIZE = 16
+MAX_BATCH_SIZE = 16
+MAX_EPOCH = 3
+SEEDS = (0, 1, 7, 2**32 + 5)
+#: :func:`check`'s examples per guarantee: the default (derandomised) and thorough search.
+EXAMPLES = {False: 40, True: 600}
+#: At most this many further runs of a check make a shrunk counterexample smaller.
+MINIMISE_ATTEMPTS = 400
+HANDLES = "handles-every-size"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One guarantee's outcome: ``holds`` is ``None`` when the guarantee does not apply."""
+
+    guarantee: str
+    holds: bool | None
+    counterexample: dict[str, Any] | None = None
+    detail: str = ""
+    experience: str = ""
+    examples: int = field(default=0, compare=False)
+
+
+def _strategy() -> Any:
+    from hypothesis import strategies as st
+
+    return st.builds(
+        Configuration,
+        dataset_size=st.one_of(
+            st.integers(0, 2 * MAX_WORLD_SIZE * MAX_BATCH_SIZE) | st.integers(0, MAX_DATASET_SIZE)
+        ),
+        world_size=st.integers(1, MAX_WORLD_SIZE),
+        batch_size=st.integers(1, MAX_BATCH_SIZE),
+        epoch=st.integers(0, MAX_EPOCH),
+        seed=st.sampled_from(SEEDS),
+        taken=st.integers(0, MAX_DATASET_SIZE),
+        other_world_size=st.integers(1, MAX_WORLD_SIZE),
+    )
+
+
+def _candidates(configuration: Configuration, name: str) -> list[int]:
+    """Smaller values of one field to try, smallest first."""
+    value = getattr(configuration, name)
+    if name == "dataset_size":
+        steps = (configuration.world_size, configuration.batch_size)
+        nearby = {value // 2, value - 1, *(value - step for step in steps)}
+        nearby.add(value - configuration.world_size * configuration.batch_size)
+        tried = set(range(min(value, 49))) | nearby
+    elif name == "taken":
+        tried = {0, 1, value // 2, value - 1}
+    else:
+        tried = set(range(1 if name.endswith("_size") else 0, value))
+    return sorted(v for v in tried if 0 <= v < value)
+
+
+def _minimised(
+    configuration: Configuration, violates: Callable[[Configuration], bool]
+) -> Configuration:
+    """Greedily smaller fields while ``violates`` still holds: hypothesis's shrinker
+    changes one number at a time, so it stops at, e.g., 188 samples in batches of 11
+    where 5 in batches of 4 fail the same way."""
+    attempts = 0
+    changed = True
+    while changed and attempts < MINIMISE_ATTEMPTS:
+        changed = False
+        for name in ("dataset_size", "world_size", "batch_size", "epoch", "taken"):
+            for value in _candidates(configuration, name):
+                attempts += 1
+                smaller = replace(configuration, **{name: value})
+                if violates(smaller):
+                    configuration, changed = smaller, True
+                    break
+                if attempts >= MINIMISE_ATTEMPTS:
+                    return configuration
+    return configuration
+
+
+def _size(configuration: Configuration) -> tuple[int, ...]:
+    return (
+        configuration.dataset_size,
+        configuration.world_size,
+        configuration.batch_size,
+        configuration.epoch,
+    )
+
+
+def _shown(configuration: Configuration) -> str:
+    return (
+        f"dataset_size={configuration.dataset_size}, world_size={configuration.world_size}, "
+        f"batch_size={configuration.batch_size}"
+    )
+
+
+def _counterexample(configuration: Configuration, violation: Violation) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "dataset_size": configuration.dataset_size,
+        "world_size": configuration.world_size,
+        "batch_size": configuration.batch_size,
+        "rank": violation.rank,
+        "epoch": violation.epoch,
+    }
+    if configuration.seed != 0:
+        found["seed"] = configuration.seed
+    found.update(violation.details)
+    found["what"] = violation.what
+    return found
+
+
+class _TimedOut(BaseException):
+    """Raised into the running check when its time limit passes (a ``BaseException``, so
+    that a sampler's ``except Exception`` does not swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` (main thread with SIGALRM only)."""
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _TimedOut
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _violation(
+    guarantee: str, factory: Factory, configuration: Configuration, time_limit: float | None
+) -> Violation | None:
+    """The violation the check raises, ``None`` when it holds. Any other error of the
+    sampler (building or iterating it), or running past ``time_limit``, means it does not
+    take this configuration: :class:`Rejected` (a violation of ``handles-every-size``)."""
+    try:
+        with _time_limit(time_limit):
+            CHECKS[guarantee](factory, configuration)
+    except (Violation, Unsupported, Rejected):
+        raise
+    except _TimedOut:
+        error = TimeoutError(f"did not finish within {time_limit:g} s")
+        if guarantee == HANDLES:
+            raise Failure(
+                None, configuration.epoch, f"the sampler {error}", "a job hangs", {}
+            ).violation(HANDLES) from None
+        raise Rejected(error) from None
+    except Exception as error:
+        raise Rejected(error) from error
+    return None
+
+
+def check_guarantee(
+    factory: Factory,
+    guarantee: str,
+    *,
+    thorough: bool = False,
+    time_limit: float | None = None,
+) -> Result:
+    """Search configurations for a violation of ``guarantee`` (an id of ``GUARANTEES``)
+    and return the smallest one hypothesis shrinks to, or that it held (or does not apply).
+
+    ``time_limit``: seconds a configuration may take (``None``: no limit).
+    """
+    if guarantee not in CHECKS:
+        raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    seen = {"tried": 0, "rejected": 0, "unsupported": ""}
+    rejection = ""
+    smallest: Configuration | None = None
+
+    def violates(configuration: Configuration) -> bool:
+        nonlocal rejection, smallest
+        seen["tried"] += 1
+        try:
+            return _violation(guarantee, factory, configuration, time_limit) is not None
+        except Violation:
+            return True
+        except Unsupported as reason:
+            seen["unsupported"] = str(reason)
+        except Rejected as reason:
+            seen["rejected"] += 1
+            if smallest is None or _size(configuration) < _size(smallest):
+                smallest, rejection = configuration, str(reason)
+        return False
+
+    options = settings(
+        max_examples=EXAMPLES[thorough],
+        derandomize=not thorough,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        found: Configuration | None = _minimised(
+            find(_strategy(), violates, settings=options), violates
+        )
+    except NoSuchExample:
+        found = None
+    examples = seen["tried"]
+    if found is None:
+        return _held(factory, guarantee, seen, examples, smallest, rejection)
+    try:
+        violation = _violation(guarantee, factory, found, time_limit)
+    except Violation as raised:
+        violation = raised
+    except (Unsupported, Rejected):
+        violation = None
+    if violation is None:  # a flaky sampler: the shrunk example passed when run again
+        return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
+    return Result(
+        guarantee,
+        False,
+        _counterexample(found, violation),
+        str(violation),
+        violation.experience,
+        examples,
+    )
+
+
+def _held(
+    factory: Factory,
+    guarantee: str,
+    seen: dict[str, Any],
+    examples: int,
+    smallest: Configuration | None,
+    rejection: str,
+) -> Result:
+    if seen["unsupported"]:
+        return Result(guarantee, None, None, f"not supported: {seen['unsupported']}")
+    if seen["rejected"] == examples:
+        return Result(
+            guarantee,
+            None,
+            None,
+            f"not supported: the sampler raised for every configuration ({rejection})",
+        )
+    if guarantee == "deterministic":
+        return _fresh_process(factory, examples)
+    skipped = ""
+    if smallest is not None:
+        skipped = (
+            f"; skipped {seen['rejected']} the sampler raised for (e.g. {_shown(smallest)}: "
+            f"{rejection})"
+        )
+    return Result(
+        guarantee,
+        True,
+        None,
+        f"held on {examples - seen['rejected']} configurations searched{skipped}",
+        examples=examples,
+    )
+
+
+def _fresh_process(factory: Factory, examples: int) -> Result:
+    name = reference(factory)
+    searched = f"held on {examples} configurations searched in this process"
+    if name is None:
+        return Result(
+            "deterministic",
+            True,
+            None,
+            f"{searched}; not compared with a fresh process (the factory is not importable "
+            "by name)",
+            examples=examples,
+        )
+    try:
+        deterministic_across_processes(name, FRESH_PROCESS_CONFIGURATIONS)
+    except Violation as violation:
+        configuration = Configuration(**violation.details.pop("configuration"))
+        return Result(
+            "deterministic",
+            False,
+            _counterexample(configuration, violation),
+            str(violation),
+            violation.experience,
+            examples,
+        )
+    except (RuntimeError, subprocess.TimeoutExpired, Rejected) as error:
+        return Result(
+            "deterministic", True, None, f"{searched}; not compared with a fresh process: {error}"
+        )
+    return Result(
+        "deterministic",
+        True,
+        None,
+        f"{searched} and in a fresh process ({len(FRESH_PROCESS_CONFIGURATIONS)} configurations)",
+        examples=examples,
+    )
+
+
+def check_all(
+    factory: Factory, *, thorough: bool = False, time_limit: float | None = None
+) -> list[Result]:
+    """:func:`check_guarantee` for every guarantee, in ``GUARANTEES`` order (after
+    :func:`~samplers.testing.factories.validated`)."""
+    validated(factory)
+    return [
+        check_guarantee(factory, guarantee, thorough=thorough, time_limit=time_limit)
+        for guarantee in GUARANTEES
+    ]
+
+
+def check(
+    factory: Factory, *, thorough: bool = False, time_limit: float | None = None
+) -> pd.DataFrame:
+    """Each guarantee, searched with hypothesis: one row per guarantee with the columns
+    ``guarantee``, ``holds`` (True, False, or None when it does not apply),
+    ``counterexample`` (the shrunk configuration and what went wrong, or None), ``detail``
+    and ``experience`` (what a user of the sampler sees when it is violated)."""
+    import pandas as pd
+
+    rows = [
+        {
+            "guarantee": result.guarantee,
+            "holds": result.holds,
+            "counterexample": result.counterexample,
+            "detail": result.detail,
+            "experience": result.experience,
+        }
+        for result in check_all(factory, thorough=thorough, time_limit=time_limit)
+    ]
+    return pd.DataFrame(
+        rows, columns=["guarantee", "holds", "counterexample", "detail", "experience"]
+    )
