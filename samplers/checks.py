@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from samplers.agreement import agreed_seed
+from samplers.consistency import agreed_seed
 from samplers.plan import PERMUTATIONS, SEED_RANGE, TAILS, Permutation, Tail, checked_key
 
 

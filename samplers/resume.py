@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from samplers import agreement, checks
+from samplers import checks, consistency
 from samplers.epochs import EpochCounter
 from samplers.plan import TAILS, Batched, EpochPlan, Layout, ShardSizes, Strided, strided_stop
 
@@ -110,16 +110,20 @@ class Resumable(EpochCounter):
             values["batch_size"] = batch_size
         return values
 
-    def check_consistent(self, group: Any = None) -> None:
+    def check_consistent(self, group: Any = None, *, replicas: Any = None) -> None:
         """Collective: raise on every rank unless all ranks' samplers agree.
 
-        Compares :meth:`settings` (dataset length, ``num_replicas``, seed, epoch,
-        shuffle, tail, permutation, batch size) and that the ranks are
-        ``0 .. num_replicas - 1`` once each; the error names the ranks that differ and
-        their values. Call it on every rank at the same point, e.g. after building the
-        sampler and after each ``set_epoch``.
+        Over ``group`` (default: the group the sampler shards over) compares
+        :meth:`settings` (dataset length, ``num_replicas``, seed, epoch, shuffle, tail,
+        permutation, batch size), that the ranks are ``0 .. W - 1`` once each and that
+        ``num_replicas`` is the group's size ``W``; over ``replicas`` (e.g. ``mesh["tp"]``),
+        that every member's settings are identical, rank included. The error names the
+        ranks that differ and their values (see :mod:`samplers.consistency`). Call it on
+        every rank at the same point, e.g. after building the sampler and after each
+        ``set_epoch``.
         """
-        agreement.check_consistent(self.settings(), group)
+        own = getattr(self, "group", None) if group is None else group
+        consistency.check_consistent(self.settings(), own, replicas=replicas)
 
     # Epochs -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import checks
+from samplers import checks, groups
 from samplers.plan import EpochPlan, Layout, Permutation, ShardSizes, Strided, Tail
 from samplers.resume import Resumable
 from samplers.share import ShareIterator
@@ -93,6 +93,9 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``; ``None`` follows ``drop_last``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         permutation: ``"randperm"`` (stock, default) or ``"feistel"``.
+        group: the data-parallel group to shard over: a ``ProcessGroup`` or a 1-D
+            ``DeviceMesh`` such as ``mesh["dp"]``; ``num_replicas`` and ``rank`` come from
+            it. Default: the default process group (see :mod:`samplers.groups`).
     """
 
     def __init__(
@@ -107,11 +110,13 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         tail: Tail | None = None,
         auto_epoch: bool = False,
         permutation: Permutation = "randperm",
+        group: groups.Group = None,
     ) -> None:
         # The stock __init__ is not called: it computes the sizes in floating point and
         # would read the process group a second time. Every attribute it sets is set here.
         dataset_size = checks.dataset_size(dataset)
-        num_replicas, rank = checks.placement(num_replicas, rank)
+        group = groups.reference(group)
+        num_replicas, rank = groups.placement(num_replicas, rank, group)
         drop_last = checks.as_flag("drop_last", drop_last)
         tail = checks.tail(tail, drop_last)
         shuffle = checks.as_flag("shuffle", shuffle)
@@ -123,6 +128,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         self.dataset = dataset
         self.num_replicas = num_replicas
         self.rank = rank
+        self.group = group
         self.epoch = 0
         self.drop_last = tail == "drop"
         self.tail: Tail = tail

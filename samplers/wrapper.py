@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import checks
+from samplers import checks, groups
 from samplers.plan import (
     EpochPlan,
     ExplicitOrder,
@@ -66,6 +66,8 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
             rank (``None``: one random seed agreed by all ranks, a collective).
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+        group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
+            ``DeviceMesh``); default: the default process group.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         *,
         tail: Tail = "pad",
         auto_epoch: bool = False,
+        group: groups.Group = None,
     ) -> None:
         if not hasattr(sampler, "__iter__"):
             raise TypeError(f"sampler must be iterable, got {type(sampler).__name__}")
@@ -85,7 +88,8 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
                 f"sampler must have a length (__len__), got {type(sampler).__name__} without one"
             )
         self.sampler = sampler
-        self.num_replicas, self.rank = checks.placement(num_replicas, rank)
+        self.group = groups.reference(group)
+        self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.tail: Tail = checks.tail(tail, drop_last=False)
         self.seed = checks.seed_or_agreed(seed)
         checked_key(self.seed, 0)  # seed + epoch must fit the generator's manual_seed
