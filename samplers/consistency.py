@@ -45,8 +45,18 @@ __all__ = [
     "compare_settings",
 ]
 
-#: A problem found: (0 for a data-parallel group, 1 for replicas; its global ranks; text).
+#: A problem found: (0 for a data-parallel group, 1 for replicas, 2 for the advice; its
+#: global ranks; text).
 Problem = tuple[int, tuple[int, ...], str]
+#: The advice when replicas' samplers shard over more than the data-parallel group.
+_SHARD_OVER_DATA_PARALLEL: Problem = (
+    2,
+    (),
+    "build the samplers with group= the data-parallel group (e.g. group=mesh['dp']), so "
+    "that replicas share one shard",
+)
+#: Settings that differ between replicas whose samplers shard over too large a group.
+_SHARD = ("rank", "num_replicas")
 
 
 class InconsistentRanksError(ValueError):
@@ -127,8 +137,7 @@ def compare_settings(
     whole = [rank for rank in held if isinstance(rank, int) and not isinstance(rank, bool)]
     if any("rank" in entry for entry in settings) and sorted(whole) != list(range(size)):
         problems.append(
-            f"the samplers on ranks {ranks} have ranks {held}, expected each of "
-            f"0..{size - 1} once"
+            f"the samplers on ranks {ranks} have ranks {held}, expected each of 0..{size - 1} once"
         )
     stated = {repr(entry.get("num_replicas")) for entry in settings if "num_replicas" in entry}
     if len(stated) == 1 and settings[0].get("num_replicas") != size:
@@ -148,16 +157,9 @@ def compare_replicas(settings: Sequence[Mapping[str, Any]], ranks: Sequence[int]
     differing = _differences(settings, ranks, skip="")
     if not differing:
         return None
-    problem = (
-        f"ranks {list(ranks)} are replicas, which must read the same samples, but "
-        + "; ".join(differing)
+    return f"ranks {list(ranks)} are replicas, which must read the same samples, but " + (
+        "; ".join(differing)
     )
-    if any(text.startswith(("rank differs", "num_replicas differs")) for text in differing):
-        problem += (
-            " (build the samplers with group= the data-parallel group, e.g. "
-            "group=mesh['dp'], so that replicas share a shard)"
-        )
-    return problem
 
 
 def check_consistent(
@@ -186,9 +188,12 @@ def check_consistent(
     if peers is not None:
         _group_active(peers)
         peer_ranks = tuple(groups.global_ranks(peers))
-        problem = compare_replicas(_gathered(dict(settings), peers), peer_ranks)
+        peer_settings = _gathered(dict(settings), peers)
+        problem = compare_replicas(peer_settings, peer_ranks)
         if problem is not None:
             found.append((1, peer_ranks, problem))
+        if any(len({repr(entry.get(key)) for entry in peer_settings}) > 1 for key in _SHARD):
+            found.append(_SHARD_OVER_DATA_PARALLEL)
     # The data-parallel group compares its settings and learns what its members found
     # among their replicas; the replicas then learn what each data-parallel group found.
     data_ranks = tuple(groups.global_ranks(data))
