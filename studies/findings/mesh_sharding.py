@@ -177,7 +177,7 @@ def describe(
     run: MeshRun, table: pd.DataFrame, checked: pd.DataFrame, resumed_table: pd.DataFrame
 ) -> str:
     """The prose, every number and quantifier read from the tables."""
-    defaults_name, sharded_name, agreed_name = VARIANTS
+    defaults_name, sharded_name, _ = VARIANTS
     defaults, sharded, agreed = (_row(table, name) for name in VARIANTS)
     covered = coverage(resumed_table, run.dataset_size)
     alone, with_replicas = CALLS
@@ -195,6 +195,13 @@ def describe(
             f"to {covered['never read'].max()}"
         )
     peers = "the same samples" if peers_agree(resumed_table) else "not always the same samples"
+    passes = _raised(checked, defaults_name, alone)
+    why = ""
+    if passes.startswith("passes"):
+        why = (
+            f": the samplers hold ranks 0 to {int(defaults['num_replicas']) - 1} once each, a "
+            f"consistent {defaults['num_replicas']}-way split"
+        )
     return (
         f"With the defaults each process is a rank of its own (num_replicas "
         f"{defaults['num_replicas']}), and the members read different samples "
@@ -208,27 +215,31 @@ def describe(
         f"members read different samples {_differing(agreed)}. Either way the job reads "
         f"{joined(job)} distinct samples per epoch, so nothing looks wrong from the data's "
         f"side.\n\n"
-        f"For the defaults, {alone} {_raised(checked, defaults_name, alone)}: the samplers "
-        f"hold ranks 0 to {int(defaults['num_replicas']) - 1} once each, a consistent "
-        f"{defaults['num_replicas']}-way split; {with_replicas} "
+        f"For the defaults, {alone} {passes}{why}; {with_replicas} "
         f"{_raised(checked, defaults_name, with_replicas)}{quoted}. With {sharded_name}, "
         f"{alone} {_raised(checked, sharded_name, alone)} and {with_replicas} "
         f"{_raised(checked, sharded_name, with_replicas)}.\n\n"
         f"Resume: on the {before['mesh'].iloc[0]} mesh each process read "
         f"{joined(sorted(set(before['samples read'])))} samples of epoch {run.resume_epoch} "
         f"({run.resume_steps} steps of {run.batch_size}) before the save; on the "
-        f"{after['mesh'].iloc[0]} mesh, having loaded global rank 0's state, each process "
-        f"read the {joined(sorted(set(after['samples read'])))} left. Tensor-parallel peers "
+        f"{after['mesh'].iloc[0]} mesh, having loaded global rank 0's state, each of its "
+        f"{len(after)} processes read the {joined(sorted(set(after['samples read'])))} samples "
+        f"left. Tensor-parallel peers "
         f"read {peers} in both phases, and each tensor-parallel rank {outcome}."
     )
 
 
 def build() -> Evidence:
-    measured: Measured = measure()
+    return evidence(measure())
+
+
+def evidence(measured: Measured) -> Evidence:
+    """The finding's tables and prose from what :func:`measure` measured."""
     run = measured.run
     table = replicas(measured.reads)
     checked = outcomes(measured.checks)
     resumed_table = resumed(measured.resume)
+    saved = measured.resume[measured.resume["phase"] == "saved"]["state"].iloc[0]
     note = (
         f"{run.mesh[0] * run.mesh[1]} gloo processes as a {run.mesh[0]} x {run.mesh[1]} "
         f'DeviceMesh ("dp", "tp") on CPU; {run.dataset_size} samples, DataLoader batch size '
@@ -244,7 +255,7 @@ def build() -> Evidence:
                 f"{run.resumed_mesh[0]} x TP {run.resumed_mesh[1]}, epoch {run.resume_epoch}",
                 resumed_table,
                 note=(
-                    f'group=mesh["dp"], tail "uneven", seed 0; saved after '
+                    f'group=mesh["dp"], tail "{saved["tail"]}", seed {saved["seed"]}; saved after '
                     f"{run.resume_steps} steps; every new process loads global rank 0's state."
                 ),
             ),
