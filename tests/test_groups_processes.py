@@ -31,6 +31,8 @@ from studies.distributed import mesh_runs
 from studies.distributed.local_ranks import launch
 from studies.findings import mesh_sharding
 
+pytestmark = pytest.mark.processes
+
 SIZE = 20
 LAUNCH_TIMEOUT = 120.0
 
@@ -128,11 +130,16 @@ def mesh_results() -> list[dict[str, Any]]:
     return launch(_in_a_mesh, None, 4, timeout=LAUNCH_TIMEOUT)
 
 
+def assert_peers_alike_and_shards_split(reads: list[list[int]]) -> None:
+    """Global ranks 0 and 1 (2 and 3) read the same; the two shards split the dataset."""
+    assert reads[0] == reads[1] and reads[2] == reads[3], reads
+    assert sorted(reads[0] + reads[2]) == list(range(SIZE)), reads
+
+
 def _stock_share(num_replicas: int, rank: int, seed: int = 0) -> list[int]:
     return list(StockSampler(range(SIZE), num_replicas=num_replicas, rank=rank, seed=seed))
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_placement_comes_from_the_group(mesh_results: list[dict[str, Any]]) -> None:
     for result in mesh_results:
@@ -148,19 +155,15 @@ def test_placement_comes_from_the_group(mesh_results: list[dict[str, Any]]) -> N
         assert result["explicit values that agree"] == (2, dp)
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_tensor_parallel_peers_read_the_same_and_data_parallel_ranks_split(
     mesh_results: list[dict[str, Any]],
 ) -> None:
     for kind in KINDS:
         for key in (f"reads mesh {kind}", f"reads process group {kind}"):
-            reads = [result[key] for result in mesh_results]
-            assert reads[0] == reads[1] and reads[2] == reads[3], key
-            assert sorted(reads[0] + reads[2]) == list(range(SIZE)), key
+            assert_peers_alike_and_shards_split([result[key] for result in mesh_results])
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_a_group_that_cannot_be_sharded_over_raises_naming_what_to_pass(
     mesh_results: list[dict[str, Any]],
@@ -191,7 +194,6 @@ def test_a_group_that_cannot_be_sharded_over_raises_naming_what_to_pass(
                 assert outcome[1].startswith("group is GroupMember.NON_GROUP_MEMBER (-100)")
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_the_replica_check_catches_the_defaults_under_tensor_parallelism_on_every_rank(
     mesh_results: list[dict[str, Any]],
@@ -214,7 +216,6 @@ def test_the_replica_check_catches_the_defaults_under_tensor_parallelism_on_ever
             assert result[f"sharded with replicas {kind}"] == ("ok", None)
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_the_data_parallel_check_catches_wrong_world_sizes_and_ranks_on_every_rank(
     mesh_results: list[dict[str, Any]],
@@ -245,19 +246,15 @@ def test_the_data_parallel_check_catches_wrong_world_sizes_and_ranks_on_every_ra
     }
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_seed_none_is_agreed_over_the_whole_job(mesh_results: list[dict[str, Any]]) -> None:
     seeds = [result["agreed seeds"] for result in mesh_results]
     assert all(list(entry) == list(KINDS) for entry in seeds)
     for kind in KINDS:
         assert len({entry[kind] for entry in seeds}) == 1, kind
-    reads = [result["agreed reads"] for result in mesh_results]
-    assert reads[0] == reads[1] and reads[2] == reads[3]
-    assert sorted(reads[0] + reads[2]) == list(range(SIZE))
+    assert_peers_alike_and_shards_split([result["agreed reads"] for result in mesh_results])
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_copies_and_pickles_keep_the_group(mesh_results: list[dict[str, Any]]) -> None:
     for result in mesh_results:
@@ -272,7 +269,6 @@ def _two_processes_saying_four(_: object) -> Any:
     return list(sampler), _outcome(sampler.check_consistent)
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(150)
 def test_a_two_process_job_sharding_four_ways_fails_the_check() -> None:
     results = launch(_two_processes_saying_four, None, 2, timeout=LAUNCH_TIMEOUT)
@@ -301,7 +297,6 @@ def _epoch_order(epoch: int, seed: int = 0) -> list[int]:
     return torch.randperm(SIZE, generator=generator).tolist()
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 def test_mesh_sharding_finding_holds(measured: mesh_runs.Measured) -> None:
     run = measured.run
@@ -360,7 +355,6 @@ def test_mesh_sharding_finding_holds(measured: mesh_runs.Measured) -> None:
     assert "every one of the 20 samples exactly once" in evidence.prose
 
 
-@pytest.mark.processes
 @pytest.mark.timeout(200)
 @pytest.mark.xfail(
     strict=True,
