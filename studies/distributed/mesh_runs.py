@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from samplers import DistributedSampler, InconsistentRanksError
 from studies.distributed.local_ranks import DEFAULT_TIMEOUT, launch
+from studies.simulate import IndexDataset
 
 __all__ = [
     "CALLS",
@@ -122,9 +123,14 @@ def _where(mesh: Any) -> dict[str, int]:
     return {"global rank": dist.get_rank(), "dp": int(dp), "tp": int(tp)}
 
 
+def _resumable(run: MeshRun, mesh: Any) -> DistributedSampler[int]:
+    """The sampler the resume uses, on either mesh: sharded over ``mesh["dp"]``, exactly once."""
+    return DistributedSampler(range(run.dataset_size), group=mesh["dp"], tail="uneven")
+
+
 def _read(sampler: DistributedSampler[int], run: MeshRun, steps: int | None = None) -> list[int]:
     """What a DataLoader over ``sampler`` yields, in order (the first ``steps`` batches)."""
-    loader = DataLoader(range(run.dataset_size), batch_size=run.batch_size, sampler=sampler)
+    loader = DataLoader(IndexDataset(run.dataset_size), batch_size=run.batch_size, sampler=sampler)
     samples: list[int] = []
     for step, batch in enumerate(loader, start=1):
         samples += batch.tolist()
@@ -140,7 +146,9 @@ def observe_on_rank(run: MeshRun) -> dict[str, Any]:
     reads, checks = [], []
     for variant, (sharded, seed) in VARIANTS.items():
         group = mesh["dp"] if sharded else None
-        sampler = DistributedSampler(range(run.dataset_size), seed=seed, group=group)
+        sampler: DistributedSampler[int] = DistributedSampler(
+            range(run.dataset_size), seed=seed, group=group
+        )
         for epoch in range(run.epochs):
             sampler.set_epoch(epoch)
             samples = _read(sampler, run)
@@ -160,7 +168,7 @@ def observe_on_rank(run: MeshRun) -> dict[str, Any]:
                 {"variant": variant, "call": call, "global rank": where["global rank"]}
                 | {"raised": message is not None, "message": message}
             )
-    sampler = DistributedSampler(range(run.dataset_size), group=mesh["dp"], tail="uneven")
+    sampler = _resumable(run, mesh)
     sampler.set_epoch(run.resume_epoch)
     samples = _read(sampler, run, run.resume_steps)
     saved = _phase("saved", run.mesh, where, samples, sampler.state_dict())
@@ -171,7 +179,7 @@ def resume_on_rank(payload: tuple[MeshRun, dict[str, Any]]) -> dict[str, Any]:
     """Rank work of the second launch: load the saved state and read the rest of the epoch."""
     run, state = payload
     mesh = _mesh(run.resumed_mesh)
-    sampler = DistributedSampler(range(run.dataset_size), group=mesh["dp"], tail="uneven")
+    sampler = _resumable(run, mesh)
     sampler.load_state_dict(state)
     sampler.set_epoch(run.resume_epoch)
     samples = _read(sampler, run)
