@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
     #: What a sampler's ``group=`` takes.
     Group: TypeAlias = "ProcessGroup | DeviceMesh | GroupRef | None"
+else:
+    Group = Any
 
 __all__ = ["DEFAULT_GROUP", "GroupRef", "global_ranks", "placement", "reference"]
 
@@ -58,7 +60,7 @@ class GroupRef:
     ) -> None:
         self._group = group
         if group is not None:
-            name = str(group.group_name)
+            name = str(getattr(group, "group_name", "") or "unnamed")
             ranks = tuple(dist.get_process_group_ranks(group))
         self._name = name
         self._ranks = ranks
@@ -162,10 +164,11 @@ def _mesh_group(mesh: Any) -> ProcessGroup:
     if mesh.ndim != 1:
         names = mesh.mesh_dim_names
         if names:
-            first = f"mesh[{names[0]!r}]"
-            flattened = f"mesh[{', '.join(map(repr, names[:2]))}]._flatten()"
-            example = f": pass the data-parallel dimension, e.g. group={first}, or "
-            example += f"the dimensions that shard data flattened into one, e.g. {flattened}"
+            example = (
+                f": pass the data-parallel dimension alone, e.g. group=mesh[{names[0]!r}], or "
+                "the dimensions that shard the data flattened into one (data and context "
+                "parallelism: mesh['dp', 'cp']._flatten())"
+            )
             shape = f"{mesh.ndim}-D DeviceMesh with dimensions {tuple(names)}"
         else:
             example = (

@@ -174,7 +174,7 @@ def test_a_group_that_cannot_be_sharded_over_raises_naming_what_to_pass(
             name, message = result[f"error 2-D mesh {kind}"]
             assert name == "ValueError"
             assert "2-D DeviceMesh with dimensions ('dp', 'tp') of shape (2, 2)" in message
-            assert "group=mesh['dp']" in message and "mesh['dp', 'tp']._flatten()" in message
+            assert "group=mesh['dp']" in message and "mesh['dp', 'cp']._flatten()" in message
             assert result[f"error num_replicas disagrees {kind}"] == (
                 "ValueError",
                 "num_replicas=4 disagrees with group, which has 2 ranks (global ranks "
