@@ -12,9 +12,9 @@
 :mod:`samplers.plan` holds the sharding arithmetic every part of the project shares.
 """
 
-from samplers.agreement import InconsistentRanksError
 from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import EpochTypeError, SeedTypeError
+from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from samplers import checks
+from samplers import checks, consistency, groups
 from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator
 from samplers.options import Permutation, Tail
@@ -77,6 +77,8 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         permutation: ``"randperm"`` (the stock sampler's order, default) or ``"feistel"``
             (O(1) memory; see :class:`samplers.DistributedSampler`).
+        group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
+            ``DeviceMesh``); default: the default process group.
     """
 
     def __init__(
@@ -91,13 +93,15 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         tail: Tail = "pad",
         auto_epoch: bool = False,
         permutation: Permutation = "randperm",
+        group: groups.Group = None,
     ) -> None:
         checks.dataset_size(dataset)
         self.batch_size = checks.positive("batch_size", batch_size)
-        self.num_replicas, self.rank = checks.placement(num_replicas, rank)
+        self.group = groups.reference(group)
+        self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.tail = checks.tail(tail, drop_last=False)
         self.shuffle = checks.as_flag("shuffle", shuffle)
-        self.seed = checks.seed_or_agreed(seed)
+        self.seed = consistency.seed_or_agreed(seed)
         self.permutation = checks.permutation(permutation)
         if self.shuffle:
             checks.shuffle_key_fits(self.seed, 0, self.permutation)

@@ -12,9 +12,6 @@ import contextlib
 import operator
 from typing import Any
 
-import torch.distributed as dist
-
-from samplers.agreement import agreed_seed
 from samplers.options import PERMUTATIONS, TAILS, Permutation, Tail
 
 #: ``torch.Generator.manual_seed`` accepts exactly this range.
@@ -142,45 +139,6 @@ def rank_when_iterating(value: Any, num_replicas: int, num_samples: Any) -> int:
     return checked
 
 
-def placement(num_replicas: Any, rank_value: Any) -> tuple[int, int]:
-    """Validated ``(num_replicas, rank)``; each ``None`` is read from the process group."""
-    size = world_size(
-        _from_process_group("num_replicas", "get_world_size")
-        if num_replicas is None
-        else num_replicas
-    )
-    given = _from_process_group("rank", "get_rank") if rank_value is None else rank_value
-    return size, rank(given, size)
-
-
-def _from_process_group(name: str, reader: str) -> int:
-    """``num_replicas`` or ``rank`` from the default process group, or a clear error.
-
-    The messages start with the stock ones (``Requires distributed package to be
-    available``, torch's ``Default process group has not been initialized, ...``).
-    """
-    if not dist.is_available():
-        raise RuntimeError(
-            f"Requires distributed package to be available: {name} was not given and "
-            "torch.distributed is not available in this build"
-        )
-    if not dist.is_initialized():
-        raise ValueError(
-            "Default process group has not been initialized, please make sure to call "
-            f"init_process_group. ({name} was not given, so it is read from the default "
-            "process group: pass num_replicas and rank, or call "
-            "torch.distributed.init_process_group first)"
-        )
-    return int(getattr(dist, reader)())
-
-
-def seed_or_agreed(value: Any) -> int:
-    """A validated seed; ``None`` means one random seed agreed by every rank."""
-    if value is None:
-        return agreed_seed()
-    return seed(value)
-
-
 def positive(name: str, value: Any) -> int:
     """An integer of at least 1 (bools and floats rejected), naming the argument."""
     number = as_int(name, value)
@@ -268,12 +226,10 @@ __all__ = [
     "dataset_size",
     "epoch",
     "permutation",
-    "placement",
     "positive",
     "rank",
     "rank_when_iterating",
     "seed",
-    "seed_or_agreed",
     "shuffle_key_fits",
     "tail",
     "world_size",

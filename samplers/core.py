@@ -23,7 +23,7 @@ import copy
 from abc import ABC, abstractmethod
 from typing import Any
 
-from samplers import agreement, checks, loader_progress, state
+from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
 from samplers.iterators import Progress
 from samplers.options import Tail
@@ -53,9 +53,8 @@ class SamplerCore(ABC):
     _iterator: Progress[Any] | None = None
     _undo: Undo | None = None
 
-    def _init_core(self, auto_epoch: Any, group: Any = None) -> None:
+    def _init_core(self, auto_epoch: Any) -> None:
         self.auto_epoch = checks.as_flag("auto_epoch", auto_epoch)
-        self.group = group
         self._book = EpochBook(auto_epoch=self.auto_epoch)
         self._iterator = None
         self._undo = None
@@ -295,16 +294,20 @@ class SamplerCore(ABC):
             values["batch_size"] = batch_size
         return values
 
-    def check_consistent(self, group: Any = None) -> None:
+    def check_consistent(self, group: Any = None, *, replicas: Any = None) -> None:
         """Collective: raise on every rank unless all ranks' samplers agree.
 
-        Compares :meth:`settings` (dataset length, ``num_replicas``, seed, epoch,
-        shuffle, tail, permutation, batch size) and that the ranks are
-        ``0 .. num_replicas - 1`` once each; the error names the ranks that differ and
-        their values. Call it on every rank at the same point, e.g. after building the
-        sampler and after each ``set_epoch``.
+        Over ``group`` (default: the group the sampler shards over) compares
+        :meth:`settings` (dataset length, ``num_replicas``, seed, epoch, shuffle, tail,
+        permutation, batch size), that the ranks are ``0 .. W - 1`` once each and that
+        ``num_replicas`` is the group's size ``W``; over ``replicas`` (e.g. ``mesh["tp"]``),
+        that every member's settings are identical, rank included. The error names the
+        ranks that differ and their values (see :mod:`samplers.consistency`). Call it on
+        every rank at the same point, e.g. after building the sampler and after each
+        ``set_epoch``.
         """
-        agreement.check_consistent(self.settings(), group)
+        own = self.group if group is None else group
+        consistency.check_consistent(self.settings(), own, replicas=replicas)
 
     # Copies -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from samplers import groups
 from samplers.plan import EpochPlan
 
 __all__ = ["Planned", "gather_unsharded", "unshard"]
@@ -93,9 +94,15 @@ def gather_unsharded(
 
     ``local_results`` are this rank's per-sample results in the order its sampler yielded
     the samples; they must be picklable. With ``dst=None`` every rank receives the
-    unsharded list (``all_gather_object``); otherwise only rank ``dst`` does
-    (``gather_object``) and the others get ``None``. Every rank of ``group`` must call it.
+    unsharded list (``all_gather_object``); otherwise only rank ``dst`` (a rank of
+    ``group``) does (``gather_object``) and the others get ``None``. ``group`` (a
+    ``ProcessGroup`` or a 1-D ``DeviceMesh``) defaults to the group the sampler shards
+    over, so tensor-parallel replicas do not hand in their parts twice. Every rank of the
+    group must call it.
     """
+    if group is None:
+        group = getattr(sampler, "group", None)
+    group = groups.reference(group).process_group
     world_size = dist.get_world_size(group)
     local = list(local_results)
     if dst is None:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import checks
+from samplers import checks, consistency, groups
 from samplers.core import SamplerCore
 from samplers.iterators import ShareIterator
 from samplers.options import Permutation, Tail
@@ -95,6 +95,9 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``; ``None`` follows ``drop_last``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         permutation: ``"randperm"`` (stock, default) or ``"feistel"``.
+        group: the data-parallel group to shard over: a ``ProcessGroup`` or a 1-D
+            ``DeviceMesh`` such as ``mesh["dp"]``; ``num_replicas`` and ``rank`` come from
+            it. Default: the default process group (see :mod:`samplers.groups`).
     """
 
     #: ``tail="uneven"`` (the other two follow ``drop_last``).
@@ -112,15 +115,17 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         tail: Tail | None = None,
         auto_epoch: bool = False,
         permutation: Permutation = "randperm",
+        group: groups.Group = None,
     ) -> None:
         # The stock __init__ is not called: it computes the sizes in floating point and
         # would read the process group a second time. Every attribute it sets is set here.
         dataset_size = checks.dataset_size(dataset)
-        num_replicas, rank = checks.placement(num_replicas, rank)
+        group = groups.reference(group)
+        num_replicas, rank = groups.placement(num_replicas, rank, group)
         drop_last = checks.as_flag("drop_last", drop_last)
         tail = checks.tail(tail, drop_last)
         shuffle = checks.as_flag("shuffle", shuffle)
-        seed = checks.seed_or_agreed(seed)
+        seed = consistency.seed_or_agreed(seed)
         permutation = checks.permutation(permutation)
         if shuffle:
             checks.shuffle_key_fits(seed, 0, permutation)
@@ -128,6 +133,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         self.dataset = dataset
         self.num_replicas = num_replicas
         self.rank = rank
+        self.group = group
         self.epoch = 0
         self.drop_last = tail == "drop"
         self.tail = tail

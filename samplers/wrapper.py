@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import checks
+from samplers import checks, consistency, groups
 from samplers.core import SamplerCore
 from samplers.iterators import ShareIterator
 from samplers.options import Tail
@@ -59,6 +59,8 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
             rank (``None``: one random seed agreed by all ranks, a collective).
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
+        group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
+            ``DeviceMesh``); default: the default process group.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
         *,
         tail: Tail = "pad",
         auto_epoch: bool = False,
+        group: groups.Group = None,
     ) -> None:
         if not hasattr(sampler, "__iter__"):
             raise TypeError(f"sampler must be iterable, got {type(sampler).__name__}")
@@ -78,9 +81,10 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
                 f"sampler must have a length (__len__), got {type(sampler).__name__} without one"
             )
         self.sampler = sampler
-        self.num_replicas, self.rank = checks.placement(num_replicas, rank)
+        self.group = groups.reference(group)
+        self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.tail = checks.tail(tail, drop_last=False)
-        self.seed = checks.seed_or_agreed(seed)
+        self.seed = consistency.seed_or_agreed(seed)
         checks.checked_key(self.seed, 0)  # seed + epoch must fit the generator's manual_seed
         self.shuffle = True  # the stream is seeded from (seed, epoch)
         self.permutation = "stream"

@@ -28,9 +28,10 @@ from samplers import (
     DistributedBatchSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
+    SeedTypeError,
     unshard,
 )
-from samplers.agreement import compare_settings
+from samplers.consistency import compare_settings
 from samplers.plan import PERMUTATIONS, TAILS, EpochPlan
 
 tails = st.sampled_from(TAILS)
@@ -282,10 +283,21 @@ def test_auto_epoch_advances_on_each_new_iteration() -> None:
 # Seeds and consistency.
 
 
-def test_seed_none_without_a_process_group_is_random() -> None:
-    seeds_drawn = {DistributedSampler(range(4), 2, 0, seed=None).seed for _ in range(4)}
-    assert len(seeds_drawn) > 1
-    assert all(isinstance(seed, int) and 0 <= seed < 2**63 for seed in seeds_drawn)
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: DistributedSampler(range(4), 2, 0, seed=None),
+        lambda: DistributedSampler(range(4), 2, 0, shuffle=False, seed=None),
+        lambda: DistributedBatchSampler(range(4), 2, 2, 0, seed=None),
+        lambda: DistributedSamplerWrapper(SequentialSampler(range(4)), 2, 0, seed=None),
+    ],
+    ids=["sampler", "unshuffled", "batch-sampler", "wrapper"],
+)
+def test_seed_none_without_a_process_group_says_to_pass_a_seed(build) -> None:
+    # Each process would draw its own seed: the ranks would shard different orders.
+    with pytest.raises(TypeError, match=r"^seed=None .* pass seed=<an integer>") as raised:
+        build()
+    assert isinstance(raised.value, SeedTypeError)
 
 
 def test_compare_settings_names_the_ranks_and_values() -> None:
@@ -296,7 +308,7 @@ def test_compare_settings_names_the_ranks_and_values() -> None:
     )
     assert problem == "seed differs (ranks [0, 2]: 0; ranks [1]: 7)"
     twice = compare_settings([{**same, "rank": 0}, {**same, "rank": 0}])
-    assert twice is not None and "ranks by process are [0, 0]" in twice
+    assert twice == "the samplers on ranks [0, 1] have ranks [0, 0], expected each of 0..1 once"
 
 
 def test_check_consistent_without_a_process_group_has_nothing_to_compare() -> None:

@@ -13,6 +13,8 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
+from kit_torchrun import torchrun
+from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 import samplers.batch_sampler
 import samplers.feistel
@@ -96,6 +98,31 @@ def test_readme_resume_example_with_a_stateful_dataloader_sees_each_sample_once(
         sampler.set_epoch(2)
         seen.update(i for batch in islice(sampler, 5) for i in batch)
     assert seen == Counter(range(100))
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_readme_mesh_example_is_exact_under_torchrun(tmp_path: Path) -> None:
+    script = tmp_path / "mesh_example.py"
+    script.write_text(readme_example("mesh"))
+    # As the README runs it: --tee 1 keeps each rank's lines whole, labelled "[defaultN]:".
+    done = torchrun("--tee", "1", "--log-dir", str(tmp_path / "logs"), str(script), processes=4)
+    assert done.returncode == 0, done.stderr
+    printed = {}
+    for line in done.stdout.splitlines():
+        label, printed_line = line.split(":", 1)
+        rank, dp, tp, epoch, batches = printed_line.split(" ", 4)
+        assert label == f"[default{rank}]"
+        assert (int(dp), int(tp)) == divmod(int(rank), 2)  # the mesh is row-major
+        printed[int(rank), int(epoch)] = ast.literal_eval(batches)
+    assert sorted(printed) == [(rank, epoch) for rank in range(4) for epoch in range(2)]
+    for (rank, epoch), batches in printed.items():
+        # Exactly the stock sampler's shard of data-parallel rank rank // 2 of 2, for both
+        # tensor-parallel peers.
+        stock = StockSampler(range(16), num_replicas=2, rank=rank // 2, seed=0)
+        stock.set_epoch(epoch)
+        share = list(stock)
+        assert batches == [share[:4], share[4:]], (rank, epoch)
 
 
 def test_readme_commands_are_the_ones_ci_runs() -> None:

@@ -18,8 +18,9 @@ Each row states what must happen:
     ``manual_seed``, which rejects them); ours accepts it and yields what the stock
     sampler yields for the plain ``int``.
 
-``seed=None`` is not in the table: for ours it asks for one random seed agreed by all
-ranks (``tests/test_beyond_torch.py``), where the stock sampler fails when iterating.
+``seed=None`` without a process group is in the table; with one, ours agrees one random
+seed over the job (``tests/test_groups_processes.py``), where the stock sampler fails when
+iterating.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ AUDIT: list[tuple[str, str, Any, str]] = [
     ("init", "seed", 2**64, "same-error"),
     ("init", "seed", -(2**63) - 1, "same-error"),
     ("init", "seed", True, "ours-rejects"),
+    ("init", "seed", None, "same-error"),
     ("init", "seed", np.int64(3), "ours-accepts"),
     ("init", "seed", torch.tensor(3), "ours-accepts"),
     ("init", "dataset", NoLength(), "same-error"),

@@ -1,23 +1,18 @@
 """``dsampler observe`` under torchrun: 3 gloo ranks on 127.0.0.1, bounded in time.
 
-The processes tests run torchrun as CI does (``python -m torch.distributed.run``, the
-module torchrun's script runs) with ``--standalone``, which rendezvous on localhost with
-a free port, and with gloo's sockets on the loopback interface. Each torchrun run gets a
-wall-clock limit well under the test's own timeout; on expiry its whole process group is
-killed, so a regression fails the test instead of hanging it.
+The processes tests run torchrun as CI does (see ``tests/kit_torchrun.py``): each run
+gets a wall-clock limit well under the test's own timeout, so a regression fails the test
+instead of hanging it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from kit_torchrun import ROOT, TORCHRUN_TIMEOUT, torchrun
 
 from studies.cases import Case
 from studies.cli import main
@@ -27,40 +22,7 @@ from studies.summary import summarize
 from studies.tables import to_json_records
 from studies.verdicts import verdicts
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Seconds one torchrun run may take (3 ranks importing torch on 2 shared cores: ~10 s).
-TORCHRUN_TIMEOUT = 90.0
 OBSERVE = ["observe", "--dataset-size", "11", "--batch-size", "2", "--format", "json"]
-
-
-def _loopback() -> str:
-    names = {name for _, name in socket.if_nameindex()}
-    return "lo" if "lo" in names else "lo0"
-
-
-def torchrun(*arguments: str) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node 3 <arguments>``, killed after the limit."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "3", *arguments]
-    environment = {**os.environ, "GLOO_SOCKET_IFNAME": _loopback(), "PYTHONPATH": str(ROOT)}
-    for name in (*ENVIRONMENT, "LOCAL_RANK", "GROUP_RANK"):
-        environment.pop(name, None)
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, to kill the ranks with it
-    )
-    try:
-        out, err = process.communicate(timeout=TORCHRUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"torchrun {' '.join(arguments)} ran past {TORCHRUN_TIMEOUT} s")
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 @pytest.mark.processes

@@ -144,12 +144,14 @@ def test_another_world_size_shares_out_exactly_the_rest(
 
 
 def test_seed_none_jobs_resume_with_their_real_seed() -> None:
-    first = DistributedSampler(range(40), 2, 0, seed=7)
+    # seed=None agrees a seed over the process group; each job draws another one (here
+    # written out, as there is no process group), and the state brings the first job's.
+    first = DistributedSampler(range(40), 2, 0, seed=2**40 + 3)
     expected = list(first)
     saved = DistributedSampler(range(40), 2, 0, seed=first.seed)
     iterator = iter(saved)
     next(iterator)
-    resumed = DistributedSampler(range(40), 2, 0, seed=12)
+    resumed = DistributedSampler(range(40), 2, 0, seed=2**40 + 7)
     resumed.load_state_dict(saved.state_dict())
     assert resumed.seed == first.seed
     assert list(resumed) == expected[1:]
