@@ -272,7 +272,7 @@ class FeistelPermutation:
         """Apply ``step`` to every value, then again to those still ``>= size``."""
         if self.size <= 1:
             return values
-        result = step(values)
+        result: torch.Tensor = step(values)
         if not self._walks:
             return result
         # index_select / index_copy_ / masked_select rather than ``result[pending]``:

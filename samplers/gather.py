@@ -41,7 +41,8 @@ def _plan_of(sampler: Planned | EpochPlan) -> EpochPlan:
             "sampler must be one of this package's samplers (with a plan() method) or an "
             f"EpochPlan, got {type(sampler).__name__}"
         )
-    return plan()
+    planned: EpochPlan = plan()
+    return planned
 
 
 def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> list[Any]:

@@ -76,7 +76,7 @@ class GroupRef:
         if self._name is None or self._group is not None:
             return self._group
         resolve = getattr(dist.distributed_c10d, "_resolve_process_group", None)
-        found = None
+        found: ProcessGroup | None = None
         if resolve is not None and dist.is_available() and dist.is_initialized():
             try:
                 found = resolve(self._name)

@@ -24,6 +24,7 @@ itself, at the right moments.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any
 
 from torch.utils.data import BatchSampler
@@ -49,7 +50,7 @@ def find_reader(sampler: object) -> dict[str, Any] | None:
     """The attribute dictionary of the torch DataLoader iterator now calling ``iter()`` on
     ``sampler`` (directly, or through the ``BatchSampler`` the DataLoader built around it),
     or ``None``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_DEPTH):
         if frame is None:
             return None

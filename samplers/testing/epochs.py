@@ -7,6 +7,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -128,7 +129,12 @@ def len_matches_iteration(factory: Factory, configuration: Configuration) -> Non
 
 
 def _same_length(
-    rank: int, epoch: int, length: int, yielded: int, when: str, details: dict | None = None
+    rank: int,
+    epoch: int,
+    length: int,
+    yielded: int,
+    when: str,
+    details: dict[str, Any] | None = None,
 ) -> None:
     if length != yielded:
         raise Failure(

@@ -167,12 +167,11 @@ class _TimedOut(BaseException):
 @contextlib.contextmanager
 def _time_limit(seconds: float | None) -> Iterator[None]:
     """Interrupt the block after ``seconds`` (main thread with SIGALRM only)."""
-    usable = (
-        seconds is not None
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
+    if (
+        seconds is None
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
         yield
         return
 
@@ -228,23 +227,20 @@ def check_guarantee(
     from hypothesis import HealthCheck, Phase, Verbosity, find, settings
     from hypothesis.errors import NoSuchExample
 
-    seen = {"tried": 0, "rejected": 0, "unsupported": ""}
-    rejection = ""
-    smallest: Configuration | None = None
+    seen = _Tally()
 
     def violates(configuration: Configuration) -> bool:
-        nonlocal rejection, smallest
-        seen["tried"] += 1
+        seen.tried += 1
         try:
             return _violation(guarantee, factory, configuration, time_limit) is not None
         except Violation:
             return True
         except Unsupported as reason:
-            seen["unsupported"] = str(reason)
+            seen.unsupported = str(reason)
         except Rejected as reason:
-            seen["rejected"] += 1
-            if smallest is None or _size(configuration) < _size(smallest):
-                smallest, rejection = configuration, str(reason)
+            seen.rejected += 1
+            if seen.smallest is None or _size(configuration) < _size(seen.smallest):
+                seen.smallest, seen.rejection = configuration, str(reason)
         return False
 
     options = settings(
@@ -262,9 +258,9 @@ def check_guarantee(
         )
     except NoSuchExample:
         found = None
-    examples = seen["tried"]
+    examples = seen.tried
     if found is None:
-        return _held(factory, guarantee, seen, examples, smallest, rejection)
+        return _held(factory, guarantee, seen)
     try:
         violation = _violation(guarantee, factory, found, time_limit)
     except Violation as raised:
@@ -283,37 +279,41 @@ def check_guarantee(
     )
 
 
-def _held(
-    factory: Factory,
-    guarantee: str,
-    seen: dict[str, Any],
-    examples: int,
-    smallest: Configuration | None,
-    rejection: str,
-) -> Result:
-    if seen["unsupported"]:
-        return Result(guarantee, None, None, f"not supported: {seen['unsupported']}")
-    if seen["rejected"] == examples:
+@dataclass
+class _Tally:
+    """What a search met: configurations tried, skipped (and the smallest), unsupported."""
+
+    tried: int = 0
+    rejected: int = 0
+    unsupported: str = ""
+    smallest: Configuration | None = None
+    rejection: str = ""
+
+
+def _held(factory: Factory, guarantee: str, seen: _Tally) -> Result:
+    if seen.unsupported:
+        return Result(guarantee, None, None, f"not supported: {seen.unsupported}")
+    if seen.rejected == seen.tried:
         return Result(
             guarantee,
             None,
             None,
-            f"not supported: the sampler raised for every configuration ({rejection})",
+            f"not supported: the sampler raised for every configuration ({seen.rejection})",
         )
     if guarantee == "deterministic":
-        return _fresh_process(factory, examples)
+        return _fresh_process(factory, seen.tried)
     skipped = ""
-    if smallest is not None:
+    if seen.smallest is not None:
         skipped = (
-            f"; skipped {seen['rejected']} the sampler raised for (e.g. {_shown(smallest)}: "
-            f"{rejection})"
+            f"; skipped {seen.rejected} the sampler raised for (e.g. {_shown(seen.smallest)}: "
+            f"{seen.rejection})"
         )
     return Result(
         guarantee,
         True,
         None,
-        f"held on {examples - seen['rejected']} configurations searched{skipped}",
-        examples=examples,
+        f"held on {seen.tried - seen.rejected} configurations searched{skipped}",
+        examples=seen.tried,
     )
 
 
