@@ -130,7 +130,7 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         return checks.positive("batch_size", self.batch_size)
 
     def _new_iterator(self, plan: EpochPlan) -> BatchIterator:
-        return BatchIterator(plan, checks.as_int("rank", self.rank))
+        return BatchIterator.of(plan, checks.as_int("rank", self.rank))
 
     def __iter__(self) -> Iterator[list[int]]:
         iterator = self._begin()

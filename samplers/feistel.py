@@ -137,6 +137,8 @@ _PYTHON_TAIL = 32
 #: would open a parallel region (on two busy cores that made a 65536-position chunk 50
 #: times slower), and small enough that a block's temporaries stay in cache.
 _BLOCK = (1 << 15) - 1
+#: Halves at most this wide evaluate ``F`` from per-round tables (see ``_network``).
+_TABLE_BITS = 16
 
 #: A Python int or an int64 tensor: the round code below serves both unchanged.
 _Word = TypeVar("_Word", int, torch.Tensor)
@@ -192,7 +194,9 @@ class FeistelPermutation:
     specification in this module's docstring give the same values, on every platform
     and torch version. Memory is O(1) in ``size``: only the positions asked for are
     computed, each in O(1) expected time (``ROUNDS`` rounds, fewer than two cycle-walking
-    steps on average).
+    steps on average). Up to ``size = 2**32`` the tensor path reads the round function
+    from a table per round (at most 2**16 int64 entries each, 4 MB for all eight), built
+    on first use.
 
     Args:
         size: the number of elements ``N``, an integer in ``[0, 2**63]``.
@@ -209,6 +213,7 @@ class FeistelPermutation:
         self.seed = checks.as_int("seed", seed)
         self.epoch = checks.as_int("epoch", epoch)
         self._keys = round_keys(self.seed, self.epoch)
+        self._tables: dict[tuple[int, int, int], torch.Tensor] = {}
         bits = (size - 1).bit_length() if size > 1 else 0
         # Widths of the high and low halves of the Feistel domain [0, 2**bits).
         self._high_bits = bits - bits // 2
@@ -265,58 +270,104 @@ class FeistelPermutation:
                 raise ValueError(
                     f"{name} must be in [0, {self.size}) for size={self.size}, got {bad}"
                 )
-            result[start : start + _BLOCK] = self._walk(block, step)
+            result[start : start + _BLOCK] = step(block) if self.size > 1 else block
+        if self._walks:
+            self._walk(result, step)
         return result.reshape(values.shape)
 
-    def _walk(self, values: torch.Tensor, step: Callable[[Any], Any]) -> torch.Tensor:
-        """Apply ``step`` to every value, then again to those still ``>= size``."""
-        if self.size <= 1:
-            return values
-        result: torch.Tensor = step(values)
-        if not self._walks:
-            return result
-        # index_select / index_copy_ / masked_select rather than ``result[pending]``:
-        # advanced indexing opens a parallel region even on small tensors.
-        pending = (result >= self.size).nonzero().reshape(-1)
+    def _walk(self, result: torch.Tensor, step: Callable[[Any], Any]) -> None:
+        """Apply ``step`` again, in place, to the values still ``>= size``, until none is.
+
+        The values still walking are gathered from all blocks and stepped together,
+        ``_BLOCK`` at a time, so each pass costs a few large steps rather than one small
+        step per block. index_select / index_copy_ / masked_select rather than
+        ``result[pending]``: advanced indexing opens a parallel region even on small
+        tensors.
+        """
+        size = self.size
+        pending = torch.cat(
+            [
+                (result[start : start + _BLOCK] >= size).nonzero().reshape(-1) + start
+                for start in range(0, result.numel(), _BLOCK)
+            ]
+            or [torch.empty(0, dtype=torch.int64)]
+        )
         while pending.numel() > _PYTHON_TAIL:
-            stepped = step(result.index_select(0, pending))
-            result.index_copy_(0, pending, stepped)
-            pending = pending.masked_select(stepped >= self.size)
+            still = []
+            for start in range(0, pending.numel(), _BLOCK):
+                slots = pending[start : start + _BLOCK]
+                stepped = step(result.index_select(0, slots))
+                result.index_copy_(0, slots, stepped)
+                still.append(slots.masked_select(stepped >= size))
+            pending = torch.cat(still)
         for slot in pending.tolist():
             value = step(int(result[slot]))
-            while value >= self.size:
+            while value >= size:
                 value = step(value)
             result[slot] = value
-        return result
 
     def _encrypt(self, x: _Word) -> _Word:
         """``E`` of the specification on ``[0, 2**n)``, for an int or each tensor element."""
-        return self._network(x, self._keys, inverse=False)
+        return self._network(x, inverse=False)
 
     def _decrypt(self, y: _Word) -> _Word:
         """The inverse of :meth:`_encrypt`."""
-        return self._network(y, self._keys[::-1], inverse=True)
+        return self._network(y, inverse=True)
 
-    def _network(self, x: _Word, keys: tuple[int, ...], *, inverse: bool) -> _Word:
-        """The Feistel rounds with ``keys``; with ``inverse``, on the swapped halves.
+    def _rounds(self, inverse: bool) -> list[tuple[int, int, int]]:
+        """Each round's ``(key, width of the right half, width of the left half)``.
 
-        Undoing ``left, right = right, left ^ F(right)`` is the same round on the
-        swapped pair ``(right, left)``, so the inverse runs the rounds in reverse key
-        order between two swaps.
+        Undoing ``left, right = right, left ^ F(right)`` is the same round on the swapped
+        pair ``(right, left)``, so the inverse runs the rounds in reverse key order,
+        starting from the low half's width.
+        """
+        bits = self._low_bits + self._high_bits
+        left_bits = self._low_bits if inverse else self._high_bits
+        rounds = []
+        for key in self._keys[::-1] if inverse else self._keys:
+            rounds.append((key, bits - left_bits, left_bits))
+            left_bits = bits - left_bits
+        return rounds
+
+    def _table(self, key: int, right_bits: int, left_bits: int) -> torch.Tensor:
+        """``F(key, x) & mask(left_bits)`` for every ``x < 2**right_bits``, as int64."""
+        found = self._tables.get((key, right_bits, left_bits))
+        if found is None:
+            inputs = torch.arange(1 << right_bits, dtype=torch.int64)
+            found = torch.cat(
+                [
+                    _round_function(key, inputs[start : start + _BLOCK])
+                    for start in range(0, inputs.numel(), _BLOCK)
+                ]
+            )
+            found &= (1 << left_bits) - 1
+            self._tables[(key, right_bits, left_bits)] = found
+        return found
+
+    def _network(self, x: _Word, *, inverse: bool) -> _Word:
+        """The Feistel rounds (see :meth:`_rounds`), on an int or each tensor element.
+
+        On a tensor whose halves are at most :data:`_TABLE_BITS` wide (domains up to
+        2**32) each round reads ``F`` from a table of its key (:meth:`_table`, 2**16
+        entries at most): the same values, two tensor operations per round instead of
+        thirteen.
         """
         low = self._low_bits
-        bits = low + self._high_bits
         high_half, low_half = x >> low, x & ((1 << low) - 1)
         if inverse:
-            left, right, left_bits = low_half, high_half, low
+            left, right = low_half, high_half
         else:
-            left, right, left_bits = high_half, low_half, bits - low
-        for key in keys:
-            mixed = _round_function(key, right)
-            mixed &= (1 << left_bits) - 1
+            left, right = high_half, low_half
+        tables = self._high_bits <= _TABLE_BITS
+        for key, right_bits, left_bits in self._rounds(inverse):
+            mixed: _Word
+            if tables and isinstance(right, torch.Tensor):
+                mixed = self._table(key, right_bits, left_bits).index_select(0, right)
+            else:
+                mixed = _round_function(key, right)
+                mixed &= (1 << left_bits) - 1
             mixed ^= left
             left, right = right, mixed
-            left_bits = bits - left_bits
         high_half, low_half = (right, left) if inverse else (left, right)
         high_half <<= low
         high_half |= low_half

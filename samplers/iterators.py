@@ -14,12 +14,16 @@ the exception, it is carried along) and the copy yields exactly the rest.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from samplers.plan import EpochPlan, RandpermOrder
+from samplers.plan import EpochPlan, FeistelOrder, RandpermOrder
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["CHUNK", "BatchIterator", "Progress", "ShareIterator"]
 
@@ -28,39 +32,65 @@ CHUNK = 1 << 16
 #: Chunks computed on demand (the feistel and identity orders) start at FIRST_CHUNK
 #: positions, so the first index comes at once, and double up to COMPUTED_CHUNK: below
 #: torch's 32768-element threshold for intra-op parallelism, whose start-up on busy
-#: cores costs more than the work.
+#: cores costs more than the work. A feistel order's chunks grow to FEISTEL_CHUNK: it
+#: evaluates them ``_BLOCK`` positions at a time anyway, and walks the cycles of a whole
+#: chunk together, which costs far fewer steps than walking each block on its own.
 FIRST_CHUNK = 1 << 10
 COMPUTED_CHUNK = (1 << 15) - 1
+FEISTEL_CHUNK = (1 << 18) - 1
 
 _Item = TypeVar("_Item")
 
 
-class Progress(ABC, Iterator[_Item], Generic[_Item]):
+class Progress(ABC, Generic[_Item]):
     """What both iterators share: chunked progress, ``taken``, pickling by settings.
 
-    A subclass sets up its source in ``_prepare(plan)`` (returning the plan to keep) and
-    hands out items ``[start, end)`` of the rank's sequence from ``_chunk(start)``.
+    The iterators are ``itertools.chain`` objects over the chunks of the rank's sequence,
+    so handing out an item runs in C, like the stock sampler's list iterator; the chunks
+    come from :meth:`_feed`, which records where each begins. A subclass sets up its source
+    in ``_prepare(plan)`` (returning the plan to keep) and hands out items
+    ``[start, end)`` of the rank's sequence from ``_chunk(start)``.
     """
 
+    rank: int
+    count: int
+    started: bool
+    exhausted: bool
     #: The torch DataLoader iterator's attributes when one reads this iterator (see
     #: :mod:`samplers.loader_progress`); never pickled.
     reader: dict[str, Any] | None
+    _plan: EpochPlan
+    _cursor: tuple[int, Iterator[_Item]]
 
-    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
-        self._setup(plan, rank, taken, started=False, exhausted=False)
+    @classmethod
+    def of(
+        cls,
+        plan: EpochPlan,
+        rank: int,
+        taken: int = 0,
+        *,
+        started: bool = False,
+        exhausted: bool = False,
+    ) -> Self:
+        """``rank``'s items of ``plan`` from item ``taken`` on."""
+        holder: list[Progress[Any]] = []  # the iterator, for its feed, made before it
+        chain: Any = cls  # a subclass of itertools.chain too (ShareIterator, BatchIterator)
+        iterator = cast("Self", chain.from_iterable(_feed(holder)))
+        holder.append(iterator)
+        iterator._setup(plan, rank, taken, started, exhausted)
+        return iterator
 
     def _setup(
-        self, plan: EpochPlan, rank: int, taken: int, *, started: bool, exhausted: bool
+        self, plan: EpochPlan, rank: int, taken: int, started: bool, exhausted: bool
     ) -> None:
         self.rank = rank
         self.count = plan.layout.count(rank)
         if not 0 <= taken <= self.count:
             raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
         self._plan = self._prepare(plan)
-        self._current: Iterator[_Item] = iter(())
         # Where the current chunk ends and its iterator, replaced together so that
         # ``taken`` reads a consistent pair from any thread.
-        self._cursor: tuple[int, Iterator[_Item]] = (taken, self._current)
+        self._cursor = (taken, iter(()))
         self.started = started
         self.exhausted = exhausted
         self.reader = None
@@ -87,49 +117,48 @@ class Progress(ABC, Iterator[_Item], Generic[_Item]):
         end, current = self._cursor
         return end - operator.length_hint(current)
 
-    def __iter__(self) -> Progress[_Item]:
-        return self
-
-    def __next__(self) -> _Item:
-        try:
-            return next(self._current)
-        except StopIteration:
-            pass
-        self.started = True  # the first call always gets here: the first chunk is empty
-        end = self._cursor[0]
-        if end >= self.count:
-            self.exhausted = True
-            self._finish()
-            raise StopIteration
-        items, end = self._chunk(end)
-        current = iter(items)
-        self._cursor = (end, current)
-        self._current = current
-        return next(current)
-
     def __length_hint__(self) -> int:
         return self.count - self.taken
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "plan": self._plan.undrawn(),
-            "rank": self.rank,
-            "taken": self.taken,
-            "started": self.started,
-            "exhausted": self.exhausted,
-        }
+    if TYPE_CHECKING:  # at run time ``itertools.chain`` provides both, in C
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._setup(
-            state["plan"],
-            state["rank"],
-            state["taken"],
-            started=state["started"],
-            exhausted=state["exhausted"],
+        def __iter__(self) -> Self: ...
+
+        def __next__(self) -> _Item: ...
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _restored,
+            (type(self), self._plan.undrawn(), self.rank, self.taken, self.started, self.exhausted),
         )
 
 
-class ShareIterator(Progress[int]):
+def _feed(holder: list[Progress[_Item]]) -> Iterator[Iterator[_Item]]:
+    """The chunks of ``holder[0]``, each an iterator, recording progress as they start."""
+    iterator = holder[0]
+    iterator.started = True  # the chain asks for its first chunk at the first next()
+    end = iterator._cursor[0]
+    while end < iterator.count:
+        items, end = iterator._chunk(end)
+        current = iter(items)
+        iterator._cursor = (end, current)
+        yield current
+    iterator.exhausted = True
+    iterator._finish()
+
+
+def _restored(
+    cls: type[Progress[Any]],
+    plan: EpochPlan,
+    rank: int,
+    taken: int,
+    started: bool,
+    exhausted: bool,
+) -> Progress[Any]:
+    return cls.of(plan, rank, taken, started=started, exhausted=exhausted)
+
+
+class ShareIterator(Progress[int], itertools.chain[int]):
     """``rank``'s indices of an index plan, from ``taken`` on.
 
     The epoch order is drawn when the iterator is created (as the stock sampler draws it
@@ -140,14 +169,12 @@ class ShareIterator(Progress[int]):
     its positions, so any dataset size runs in constant memory.
     """
 
-    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+    def _prepare(self, plan: EpochPlan) -> EpochPlan:
         if plan.layout.batched:
             raise TypeError("ShareIterator needs a plan with an index layout")
-        super().__init__(plan, rank, taken)
-
-    def _prepare(self, plan: EpochPlan) -> EpochPlan:
         self._share = plan.rank_share(self.rank)
         self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
+        self._largest = FEISTEL_CHUNK if isinstance(plan.order, FeistelOrder) else COMPUTED_CHUNK
         # Keep the settings, not a drawn order: the share holds what is still needed.
         return plan if self._share is None else plan.undrawn()
 
@@ -156,7 +183,7 @@ class ShareIterator(Progress[int]):
             end = min(start + CHUNK, self.count)
             held: list[int] = self._share[start:end].tolist()
             return held, end
-        self._step = min(self._step * 2, COMPUTED_CHUNK)
+        self._step = min(self._step * 2, self._largest)
         end = min(start + self._step, self.count)
         computed: list[int] = self._plan.rank_indices(self.rank, start, end).tolist()
         return computed, end
@@ -165,18 +192,15 @@ class ShareIterator(Progress[int]):
         self._share = None  # done: the sampler may keep this iterator, not its share
 
 
-class BatchIterator(Progress[list[int]]):
+class BatchIterator(Progress[list[int]], itertools.chain[list[int]]):
     """``rank``'s batches of a batched plan, from batch ``taken`` on, as lists of ints."""
 
     #: Batches turned into lists at a time.
     STEPS = 256
 
-    def __init__(self, plan: EpochPlan, rank: int, taken: int = 0) -> None:
+    def _prepare(self, plan: EpochPlan) -> EpochPlan:
         if not plan.layout.batched:
             raise TypeError("BatchIterator needs a plan with a batched layout")
-        super().__init__(plan, rank, taken)
-
-    def _prepare(self, plan: EpochPlan) -> EpochPlan:
         order = plan.order
         if isinstance(order, RandpermOrder):
             order.held()  # drawn now: a bad seed raises here, as in the stock iter()

@@ -205,7 +205,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         return checks.dataset_size(self.dataset)
 
     def _new_iterator(self, plan: EpochPlan) -> ShareIterator:
-        return ShareIterator(plan, checks.as_int("rank", self.rank))
+        return ShareIterator.of(plan, checks.as_int("rank", self.rank))
 
     def _check_size(self, dataset_size: int) -> None:
         """Warn once when the dataset's length changed after the sampler was built."""

@@ -138,7 +138,7 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
         return len(self.sampler)
 
     def _new_iterator(self, plan: EpochPlan) -> ShareIterator:
-        return ShareIterator(plan, checks.as_int("rank", self.rank))
+        return ShareIterator.of(plan, checks.as_int("rank", self.rank))
 
     def __iter__(self) -> Iterator[int]:
         iterator: Iterator[int] = self._begin()
