@@ -9,7 +9,9 @@
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
-:mod:`samplers.plan` holds the sharding arithmetic every part of the project shares.
+:mod:`samplers.plan` holds the sharding arithmetic every part of the project shares: an
+epoch is an order laid out over ranks from a global start position. ``ARCHITECTURE.md``
+maps the modules on one screen.
 """
 
 from samplers.batch_sampler import DistributedBatchSampler

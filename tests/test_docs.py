@@ -89,6 +89,17 @@ def test_readme_resume_example_with_a_dataloader_finishes_the_epoch() -> None:
     assert 0 <= sum(seen.values()) - 100 < 3  # the resumed epoch's padding, on 3 ranks
 
 
+def test_readme_epoch_end_example_yields_nothing_then_the_next_epoch() -> None:
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(compile(readme_example("resume-epoch-end"), str(README), "exec"), {})
+    lines = output.getvalue().splitlines()
+    assert lines[0] == "2 True"
+    expected = DistributedSampler(range(10), num_replicas=3, rank=0, seed=0, tail="uneven")
+    expected.set_epoch(3)
+    assert lines[1:] == ["2 []", f"3 {list(expected)}"]
+
+
 def test_readme_resume_example_with_a_stateful_dataloader_sees_each_sample_once() -> None:
     pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
     resumed = run_resume_example("resume-stateful")
