@@ -289,21 +289,16 @@ def reshuffles_with_set_epoch(factory: Factory, configuration: Configuration) ->
     if not all(callable(getattr(s, "set_epoch", None)) for s in samplers):
         raise Unsupported("the sampler has no set_epoch")
     _shuffling(samplers)
-    orders = []
-    for epoch in (configuration.epoch, configuration.epoch + 1):
-        order = []
-        for sampler in samplers:
-            set_epoch(sampler, epoch)
-            order.append(iterate(sampler))
-        orders.append(order)
-    if _distinct(orders[0]) >= RESHUFFLE_MIN_DISTINCT and orders[0] == orders[1]:
-        raise Failure(
-            None,
-            configuration.epoch,
-            f"epochs {configuration.epoch} and {configuration.epoch + 1} give every rank the "
-            "same order",
-            "every epoch shows the model the data in the same order",
-        )
+    first, second = (
+        _order(samplers, epoch) for epoch in (configuration.epoch, configuration.epoch + 1)
+    )
+    _differ(
+        first,
+        second,
+        configuration,
+        f"epochs {configuration.epoch} and {configuration.epoch + 1}",
+        "every epoch shows the model the data in the same order",
+    )
 
 
 @guarantee("seed-changes-order", "different seeds give different orders (a shuffling sampler)")
@@ -319,19 +314,37 @@ def seed_changes_order(factory: Factory, configuration: Configuration) -> None:
             for rank in range(configuration.world_size)
         ]
         _shuffling(samplers)
-        order = []
-        for sampler in samplers:
-            set_epoch(sampler, configuration.epoch)
-            order.append(iterate(sampler))
-        orders.append(order)
-    if _distinct(orders[0]) >= RESHUFFLE_MIN_DISTINCT and orders[0] == orders[1]:
+        orders.append(_order(samplers, configuration.epoch))
+    _differ(
+        orders[0],
+        orders[1],
+        configuration,
+        f"seeds {configuration.seed} and {configuration.seed + 1}",
+        "runs meant to differ (seeds of an ensemble, repeated trials) see the data in the "
+        "same order",
+    )
+
+
+def _order(samplers: Sequence[object], epoch: int) -> list[list[Any]]:
+    """What each rank's sampler yields at ``epoch``."""
+    order = []
+    for sampler in samplers:
+        set_epoch(sampler, epoch)
+        order.append(iterate(sampler))
+    return order
+
+
+def _differ(
+    first: list[list[Any]],
+    second: list[list[Any]],
+    configuration: Configuration,
+    which: str,
+    experience: str,
+) -> None:
+    """Fail when two orders of at least :data:`RESHUFFLE_MIN_DISTINCT` indices are equal."""
+    if _distinct(first) >= RESHUFFLE_MIN_DISTINCT and first == second:
         raise Failure(
-            None,
-            configuration.epoch,
-            f"seeds {configuration.seed} and {configuration.seed + 1} give every rank the same "
-            "order",
-            "runs meant to differ (seeds of an ensemble, repeated trials) see the data in the "
-            "same order",
+            None, configuration.epoch, f"{which} give every rank the same order", experience
         )
 
 
@@ -360,12 +373,30 @@ def deterministic_in_process(factory: Factory, configuration: Configuration) -> 
         first = epoch_outputs(factory, configuration)
     with _global_rng(2):
         second = epoch_outputs(factory, configuration)
+    same_outputs(
+        first,
+        second,
+        configuration,
+        "two samplers built from the same arguments yield different orders",
+        "ranks that build the sampler at different moments",
+    )
+
+
+def same_outputs(
+    first: Sequence[Sequence[object]],
+    second: Sequence[Sequence[object]],
+    configuration: Configuration,
+    what: str,
+    who: str,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Fail on the first rank whose outputs differ: the run is not reproducible."""
     for rank, (one, other) in enumerate(zip(first, second, strict=True)):
         if one != other:
             raise Failure(
                 rank,
                 configuration.epoch,
-                "two samplers built from the same arguments yield different orders",
-                "a run cannot be reproduced, and ranks that build the sampler at different "
-                "moments disagree on the epoch's order",
+                what,
+                f"a run cannot be reproduced, and {who} disagree on the epoch's order",
+                details,
             )

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from samplers.testing.epochs import deterministic_in_process
+from samplers.testing.epochs import deterministic_in_process, same_outputs
 from samplers.testing.registry import guarantee
 from samplers.testing.running import (
     ARGUMENTS,
@@ -181,13 +181,14 @@ def deterministic_across_processes(
     fresh = json.loads(finished.stdout)
     for configuration, theirs in zip(configurations, fresh, strict=True):
         ours = json.loads(json.dumps(epoch_outputs(factory, configuration)))
-        for rank, (one, other) in enumerate(zip(ours, theirs, strict=True)):
-            if one != other:
-                raise Failure(
-                    rank,
-                    configuration.epoch,
-                    "a fresh process yields a different order for the same arguments",
-                    "a job's ranks (separate processes) disagree on the epoch's order, and "
-                    "a run cannot be reproduced",
-                    {"configuration": asdict(configuration)},
-                ).violation("deterministic")
+        try:
+            same_outputs(
+                ours,
+                theirs,
+                configuration,
+                "a fresh process yields a different order for the same arguments",
+                "a job's ranks (separate processes)",
+                {"configuration": asdict(configuration)},
+            )
+        except Failure as failure:
+            raise failure.violation("deterministic") from None
