@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from samplers import checks
+from samplers import checks, resharding
 from samplers.plan import Batched, EpochPlan, Layout, Permutation, Tail
 from samplers.resume import Resumable
 from samplers.share import BatchIterator
@@ -128,6 +128,7 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         return checks.positive("batch_size", self.batch_size)
 
     def __iter__(self) -> BatchIterator:
+        resharding.check(self)
         iterator: BatchIterator = self._next_iterator(BatchIterator)
         self._warn_unequal(iterator.plan.layout)
         return iterator

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import checks
+from samplers import checks, resharding
 from samplers.plan import EpochPlan, Layout, Permutation, ShardSizes, Strided, Tail
 from samplers.resume import Resumable
 from samplers.share import ShareIterator
@@ -207,6 +207,7 @@ class DistributedSampler(Resumable, _StockDistributedSampler[_T_co]):
         )
 
     def __iter__(self) -> ShareIterator:  # type: ignore[override]
+        resharding.check(self)
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.

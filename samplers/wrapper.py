@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import checks
+from samplers import checks, resharding
 from samplers.plan import (
     EpochPlan,
     ExplicitOrder,
@@ -151,6 +151,7 @@ class DistributedSamplerWrapper(Resumable, Sampler[int]):
         )
 
     def __iter__(self) -> Iterator[int]:
+        resharding.check(self)
         return self._next_iterator(ShareIterator)  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
