@@ -92,6 +92,7 @@ MODULES: tuple[str, ...] = (
     "resume",
     "speed",
     "guarantees",
+    "frameworks",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
