@@ -75,6 +75,9 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         permutation: ``"randperm"`` (the stock sampler's order, default) or ``"feistel"``
             (O(1) memory; see :class:`samplers.DistributedSampler`).
+        drop_last: not an option (``tail`` is): given, it raises ``TypeError`` saying so,
+            and, when a framework rebuilds the batch sampler with ``BatchSampler``'s
+            arguments around its own sampler (Lightning does), how to avoid that.
     """
 
     def __init__(
@@ -89,7 +92,9 @@ class DistributedBatchSampler(Resumable, Sampler[list[int]]):
         tail: Tail = "pad",
         auto_epoch: bool = False,
         permutation: Permutation = "randperm",
+        drop_last: None = None,
     ) -> None:
+        resharding.refuse_drop_last(type(self).__name__, dataset, drop_last)
         checks.dataset_size(dataset)
         self.batch_size = checks.positive("batch_size", batch_size)
         self.num_replicas, self.rank = checks.placement(num_replicas, rank)

@@ -30,7 +30,9 @@ import weakref
 from types import FrameType
 from typing import Any
 
-__all__ = ["MAX_FRAMES", "ReshardingWarning", "check"]
+from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
+
+__all__ = ["MAX_FRAMES", "ReshardingWarning", "check", "refuse_drop_last"]
 
 #: How many callers of ``__iter__`` are examined.
 MAX_FRAMES = 8
@@ -88,6 +90,29 @@ def check(sampler: Any) -> None:
         ReshardingWarning,
         stacklevel=3,
     )
+
+
+def refuse_drop_last(kind: str, dataset: Any, drop_last: Any) -> None:
+    """Raise ``TypeError`` when a batch sampler of ours is given ``drop_last``.
+
+    Our batch sampler takes ``tail``. ``drop_last`` arrives when a framework rebuilds a
+    batch sampler with ``BatchSampler``'s arguments, ``(sampler, batch_size=...,
+    drop_last=...)``, around a ``DistributedSampler`` of its own (Lightning's Trainer and
+    Fabric with ``use_distributed_sampler=True``): that would shard the data a second time
+    and drop the tail policy and seed, so the error names the fix.
+    """
+    if drop_last is None:
+        return
+    message = (
+        f"{kind} takes tail='pad', 'drop' or 'uneven', not drop_last (got drop_last={drop_last!r})"
+    )
+    if isinstance(dataset, _StockDistributedSampler):
+        message += (
+            f", and a {type(dataset).__name__} instead of a dataset: something is rebuilding "
+            "it around a sampler of its own, which would shard the data a second time. To fix "
+            f"it, {_FIXES['lightning']}"
+        )
+    raise TypeError(message)
 
 
 def _resharder(frame: FrameType | None, sampler: Any) -> tuple[Any, int] | None:

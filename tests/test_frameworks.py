@@ -196,3 +196,33 @@ def test_answer_row_reads_the_table() -> None:
     assert because.startswith("[frameworks](frameworks.md)")
     for name in ("prepare_data_loader", "ShardedTrainer", "ShardedDataLoader", "sampler_node"):
         assert f"`{name}(" in use
+
+
+def test_answer_row_names_apis_that_exist() -> None:
+    import importlib
+    import inspect
+    import re
+
+    import samplers
+
+    for name in NEEDED:
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    evidence = frameworks.evidence(made_up())
+    finding = Finding(
+        frameworks.NAME, frameworks.TITLE, frameworks.CLAIM, frameworks.GUARDED_BY, evidence
+    )
+    use = frameworks.answer(finding)[1]
+    modules = [samplers] + [
+        importlib.import_module(f"samplers.integrations.{name}")
+        for name in ("accelerate", "transformers", "lightning", "torchdata")
+    ]
+    found = {}
+    for called in set(re.findall(r"`([A-Za-z_]+)\(", use)) - {"set_epoch"}:
+        owners = [getattr(module, called) for module in modules if hasattr(module, called)]
+        assert owners, called
+        found[called] = owners[0]
+    for called, keyword in re.findall(r"`([A-Za-z_]+)\([^`]*?\b([a-z_]+)=", use):
+        owner = found[called]  # a class passing **kwargs on takes its base's keywords
+        takers = owner.__mro__[:-1] if isinstance(owner, type) else (owner,)
+        assert any(keyword in inspect.signature(t).parameters for t in takers), keyword

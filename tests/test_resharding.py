@@ -111,3 +111,22 @@ def test_the_check_is_one_call_in_each_samplers_iter() -> None:
     for module in ("samplers.sampler", "samplers.batch_sampler", "samplers.wrapper"):
         source = inspect.getsource(importlib.import_module(module))
         assert source.count("resharding.check(self)") == 1, module
+
+
+def test_a_framework_rebuilding_our_batch_sampler_gets_the_fix() -> None:
+    """Lightning rebuilds batch samplers as cls(its_sampler, batch_size=..., drop_last=...)."""
+    from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+    with pytest.raises(TypeError, match=r"ShardedDataLoader .*use_distributed_sampler=False"):
+        DistributedBatchSampler(StockSampler(DATASET, 2, 0), batch_size=4, drop_last=False)
+    with pytest.raises(TypeError, match=r"takes tail='pad', 'drop' or 'uneven', not drop_last"):
+        DistributedBatchSampler(DATASET, 4, 2, 0, drop_last=True)  # type: ignore[arg-type]
+
+
+def test_lightning_rebuilding_our_batch_sampler_raises_our_error() -> None:
+    from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+    data = framework("lightning.pytorch.utilities.data")
+    loader = DataLoader(DATASET, batch_sampler=DistributedBatchSampler(DATASET, 4, 2, 0))
+    with pytest.raises(TypeError, match=r"samplers\.integrations\.lightning\.ShardedDataLoader"):
+        data._update_dataloader(loader, StockSampler(DATASET, 2, 0))
