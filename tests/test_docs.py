@@ -7,18 +7,14 @@ import contextlib
 import doctest
 import io
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import warnings
 from collections import Counter
 from itertools import islice
 from pathlib import Path
 
 import pytest
+from torchrun_runs import torchrun
 
 import samplers.batch_sampler
 import samplers.feistel
@@ -138,35 +134,15 @@ RECIPE_TIMEOUT = 240.0
 def run_recipe(name: str, directory: Path) -> str:
     """Run README's ``name`` block as ``torchrun --nproc-per-node 2`` in ``directory``."""
     (directory / "recipe.py").write_text(readme_example(name))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "2", "recipe.py"]
-    names = {name for _, name in socket.if_nameindex()}
-    environment = {
-        **{key: value for key, value in os.environ.items() if key not in TORCHRUN_VARIABLES},
-        "GLOO_SOCKET_IFNAME": "lo" if "lo" in names else "lo0",
-        "PYTHONPATH": str(README.parent),
-        "PYTHONWARNINGS": "ignore",
-    }
-    process = subprocess.Popen(
-        command,
+    done = torchrun(
+        "recipe.py",
+        processes=2,
+        timeout=RECIPE_TIMEOUT,
         cwd=directory,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, to kill the ranks with it
+        environment={"PYTHONWARNINGS": "ignore"},
     )
-    try:
-        out, err = process.communicate(timeout=RECIPE_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"the {name} recipe ran past {RECIPE_TIMEOUT} s")
-    assert process.returncode == 0, err[-3000:]
-    return out
-
-
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def printed(out: str) -> dict[tuple[int, str], list[list[int]]]:

@@ -13,6 +13,7 @@ import json
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,12 @@ import torch
 
 from samplers import DistributedBatchSampler, DistributedSampler
 from samplers.resharding import ReshardingWarning
-from studies.distributed.frameworks import torchrun_environment
+from studies.distributed.frameworks import (
+    Items,
+    RecordingModel,
+    lightning_module,
+    torchrun_environment,
+)
 from studies.distributed.local_ranks import launch
 
 SIZE = 43
@@ -82,6 +88,27 @@ def check_run(results: list[dict[str, Any]]) -> None:
 
 def _warned(caught: list[warnings.WarningMessage]) -> bool:
     return any(issubclass(w.category, ReshardingWarning) for w in caught)
+
+
+def interrupted_and_restored(
+    make: Callable[[], Any], save: Callable[[Any], object], load: Callable[[Any], object]
+) -> dict[str, Any]:
+    """What :func:`check_run` checks, for loaders ``make()`` builds: two epochs, then
+    ``STEPS`` batches, ``save`` (a checkpoint of that loader), and in a new loader
+    ``load`` (its restore) and two epochs more."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        running = make()
+        epochs = [[batch.tolist() for batch in running] for _ in range(EPOCHS)]
+        interrupted = make()
+        iterator = iter(interrupted)
+        before = [next(iterator).tolist() for _ in range(STEPS)]
+        save(interrupted)
+        del iterator
+        restored = make()
+        load(restored)
+        after = [[batch.tolist() for batch in restored] for _ in range(EPOCHS)]
+    return {"epochs": epochs, "before": before, "after": after, "warned": _warned(caught)}
 
 
 # --- accelerate -----------------------------------------------------------------------
@@ -155,26 +182,6 @@ def test_accelerate_prepared_loader_is_exact_and_resumes_through_save_state(
 # --- Hugging Face Trainer ---------------------------------------------------------------
 
 
-class _Items(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
-    def __len__(self) -> int:
-        return SIZE
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {"x": torch.tensor([float(index)]), "labels": torch.tensor(0.0)}
-
-
-class _Recording(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.seen: list[tuple[int, list[int]]] = []
-        self.epoch = -1
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, Any]:
-        self.seen.append((self.epoch, [int(v) for v in x.view(-1).tolist()]))
-        return {"loss": (self.weight * x).sum()}
-
-
 def _by_epoch(seen: list[tuple[int, list[int]]], first: int = 0) -> list[list[list[int]]]:
     return [[batch for e, batch in seen if e == epoch] for epoch in range(first, EPOCHS)]
 
@@ -186,7 +193,7 @@ def _transformers(directory: str) -> dict[str, Any]:
     from samplers.integrations.transformers import STATE_FILE, ShardedTrainer
 
     class Epochs(TrainerCallback):  # type: ignore[misc]
-        def __init__(self, model: _Recording, stop_at: int | None = None) -> None:
+        def __init__(self, model: RecordingModel, stop_at: int | None = None) -> None:
             self.model, self.stop_at = model, stop_at
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -206,7 +213,7 @@ def _transformers(directory: str) -> dict[str, Any]:
             kind: str = kind,
             **save: Any,
         ) -> Any:
-            model = _Recording()
+            model = RecordingModel()
             arguments = TrainingArguments(
                 output_dir=output,
                 per_device_train_batch_size=BATCH,
@@ -222,7 +229,7 @@ def _transformers(directory: str) -> dict[str, Any]:
             trainer = ShardedTrainer(
                 model=model,
                 args=arguments,
-                train_dataset=_Items(),
+                train_dataset=Items(),
                 train_sampler=sampler(kind),
                 callbacks=[Epochs(model, stop_at)],
             )
@@ -267,26 +274,13 @@ def _lightning(directory: str) -> dict[str, Any]:
 
     from samplers.integrations.lightning import ShardedDataLoader
 
-    class Recording(lightning.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.zeros(1))
-            self.seen: list[tuple[int, list[int]]] = []
-
-        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
-            self.seen.append((self.current_epoch, batch.tolist()))
-            return (self.weight * batch.float()).sum()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.0)
-
     class Interrupt(Callback):  # type: ignore[misc]
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             if trainer.global_step == STEPS:
                 trainer.should_stop = True
 
     def fit(kind: str, root: str, callbacks: list[Any], checkpoint: str | None = None) -> Any:
-        model = Recording()
+        seen: list[tuple[int, list[int]]] = []
         trainer = lightning.Trainer(  # the defaults: use_distributed_sampler=True
             accelerator="cpu",
             devices=2,
@@ -301,8 +295,8 @@ def _lightning(directory: str) -> dict[str, Any]:
         )
         arguments = loader_arguments(kind, sampler(kind))
         loader = ShardedDataLoader(list(range(SIZE)), num_workers=2, **arguments)
-        trainer.fit(model, loader, ckpt_path=checkpoint)
-        return model.seen
+        trainer.fit(lightning_module(seen), loader, ckpt_path=checkpoint)
+        return seen
 
     results: dict[str, Any] = {}
     for kind in KINDS:
@@ -344,17 +338,12 @@ def _fabric(kind: str, directory: str) -> dict[str, Any]:
         arguments = loader_arguments(kind, made)
         return fabric.setup_dataloaders(ShardedDataLoader(list(range(SIZE)), **arguments))
 
-    running = loader()
-    epochs = [[batch.tolist() for batch in running] for _ in range(EPOCHS)]
-    interrupted = loader()
-    iterator = iter(interrupted)
-    before = [next(iterator).tolist() for _ in range(STEPS)]
-    fabric.save(os.path.join(directory, "fabric.ckpt"), {"loader": interrupted})
-    del iterator
-    restored = loader()
-    fabric.load(os.path.join(directory, "fabric.ckpt"), {"loader": restored})
-    after = [[batch.tolist() for batch in restored] for _ in range(EPOCHS)]
-    return {"epochs": epochs, "before": before, "after": after, "warned": False}
+    path = os.path.join(directory, "fabric.ckpt")
+    return interrupted_and_restored(
+        loader,
+        lambda interrupted: fabric.save(path, {"loader": interrupted}),
+        lambda restored: fabric.load(path, {"loader": restored}),
+    )
 
 
 @pytest.mark.timeout(420)
@@ -381,26 +370,15 @@ def _nodes(_: object) -> dict[str, Any]:
         mapped = nodes.ParallelMapper(source, torch.tensor, num_workers=2, method="thread")
         return nodes.Loader(nodes.Prefetcher(mapped, 4))
 
-    results: dict[str, Any] = {}
-    for kind in KINDS:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            running = pipeline(kind)
-            epochs = [[batch.tolist() for batch in running] for _ in range(EPOCHS)]
-            interrupted = pipeline(kind)
-            iterator = iter(interrupted)
-            before = [next(iterator).tolist() for _ in range(STEPS)]
-            state = interrupted.state_dict()
-            restored = pipeline(kind)
-            restored.load_state_dict(state)
-            after = [[batch.tolist() for batch in restored] for _ in range(EPOCHS)]
-        results[kind] = {
-            "epochs": epochs,
-            "before": before,
-            "after": after,
-            "warned": _warned(caught),
-        }
-    return results
+    saved: list[Any] = []
+    return {
+        kind: interrupted_and_restored(
+            lambda kind=kind: pipeline(kind),
+            lambda interrupted: saved.append(interrupted.state_dict()),
+            lambda restored: restored.load_state_dict(saved.pop()),
+        )
+        for kind in KINDS
+    }
 
 
 @pytest.mark.timeout(240)

@@ -10,14 +10,12 @@ killed, so a regression fails the test instead of hanging it.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from torchrun_runs import torchrun as run_torchrun
 
 from studies.cases import Case
 from studies.cli import main
@@ -33,34 +31,9 @@ TORCHRUN_TIMEOUT = 90.0
 OBSERVE = ["observe", "--dataset-size", "11", "--batch-size", "2", "--format", "json"]
 
 
-def _loopback() -> str:
-    names = {name for _, name in socket.if_nameindex()}
-    return "lo" if "lo" in names else "lo0"
-
-
 def torchrun(*arguments: str) -> subprocess.CompletedProcess[str]:
     """``torchrun --standalone --nproc-per-node 3 <arguments>``, killed after the limit."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "3", *arguments]
-    environment = {**os.environ, "GLOO_SOCKET_IFNAME": _loopback(), "PYTHONPATH": str(ROOT)}
-    for name in (*ENVIRONMENT, "LOCAL_RANK", "GROUP_RANK"):
-        environment.pop(name, None)
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, to kill the ranks with it
-    )
-    try:
-        out, err = process.communicate(timeout=TORCHRUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"torchrun {' '.join(arguments)} ran past {TORCHRUN_TIMEOUT} s")
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
+    return run_torchrun(*arguments, processes=3, timeout=TORCHRUN_TIMEOUT)
 
 
 @pytest.mark.processes

@@ -44,8 +44,11 @@ __all__ = [
     "SAMPLERS",
     "SCENARIOS",
     "WORLD_SIZE",
+    "Items",
     "Observed",
+    "RecordingModel",
     "Scenario",
+    "lightning_module",
     "observe",
     "torchrun_environment",
 ]
@@ -246,7 +249,7 @@ def _accelerate(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[
     return _epochs(accelerator.prepare(_loader(sampler)))
 
 
-class _Items(Dataset[dict[str, torch.Tensor]]):
+class Items(Dataset[dict[str, torch.Tensor]]):
     """Sample ``i`` is ``{"x": [i], "labels": 0}``: the model sees which samples it got."""
 
     def __len__(self) -> int:
@@ -256,8 +259,9 @@ class _Items(Dataset[dict[str, torch.Tensor]]):
         return {"x": torch.tensor([float(index)]), "labels": torch.tensor(0.0)}
 
 
-class _Recording(torch.nn.Module):
-    """A model with one weight that records the samples of each batch it is given."""
+class RecordingModel(torch.nn.Module):
+    """A model with one weight that records the samples of each batch it is given, with
+    its ``epoch`` attribute (which a Trainer callback sets)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -273,7 +277,7 @@ class _Recording(torch.nn.Module):
 def _transformers(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int, list[int]]]:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    model = _Recording()
+    model = RecordingModel()
 
     class EpochCounter(TrainerCallback):  # type: ignore[misc]
         def on_epoch_begin(self, *args: Any, **kwargs: Any) -> None:
@@ -295,7 +299,7 @@ def _transformers(scenario: Scenario, sampler: Any, directory: str) -> list[tupl
         logging_strategy="no",
         disable_tqdm=True,
     )
-    common = {"model": model, "args": arguments, "train_dataset": _Items()}
+    common = {"model": model, "args": arguments, "train_dataset": Items()}
     if scenario.supported:
         from samplers.integrations.transformers import ShardedTrainer
 
@@ -306,10 +310,10 @@ def _transformers(scenario: Scenario, sampler: Any, directory: str) -> list[tupl
     return model.seen
 
 
-def _lightning(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int, list[int]]]:
+def lightning_module(seen: list[tuple[int, list[int]]]) -> Any:
+    """A LightningModule with one weight whose training step appends (epoch, batch) to
+    ``seen`` (its loss has zero gradient)."""
     import lightning
-
-    seen: list[tuple[int, list[int]]] = []
 
     class Recording(lightning.LightningModule):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -323,6 +327,13 @@ def _lightning(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[i
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.0)
 
+    return Recording()
+
+
+def _lightning(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int, list[int]]]:
+    import lightning
+
+    seen: list[tuple[int, list[int]]] = []
     trainer = lightning.Trainer(
         accelerator="cpu",
         devices=WORLD_SIZE,
@@ -335,7 +346,7 @@ def _lightning(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[i
         default_root_dir=directory,
         **dict(scenario.options),
     )
-    trainer.fit(Recording(), _lightning_loader(scenario, sampler))
+    trainer.fit(lightning_module(seen), _lightning_loader(scenario, sampler))
     return seen
 
 
