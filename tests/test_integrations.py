@@ -316,11 +316,12 @@ def test_one_ranks_pipeline_state_resumes_on_another_world_size(nodes: Any, kind
 
 @pytest.mark.xfail(strict=True, reason="needs the issue-15 state semantics (epoch-end states)")
 def test_a_pipeline_state_at_the_epochs_end_starts_the_next_epoch(nodes: Any) -> None:
+    uninterrupted = pipeline(nodes, made("batches"))
+    epochs = [list(uninterrupted) for _ in range(2)]
     loader = pipeline(nodes, made("batches"))
     iterator = iter(loader)
-    epoch = [next(iterator) for _ in range(6)]  # the epoch's last batch, nothing more asked
+    assert [next(iterator) for _ in epochs[0]] == epochs[0]  # its last batch, nothing more
     restored = pipeline(nodes, made("batches"))
     restored.load_state_dict(loader.state_dict())
-    assert list(restored) == []  # the rest of epoch 0: nothing
-    next_epoch = list(restored)
-    assert next_epoch != epoch and len(next_epoch) == len(epoch)
+    # What comes next is epoch 1 (after an empty rest of epoch 0, if the loader shows it).
+    assert (list(restored) or list(restored)) == epochs[1]
