@@ -34,7 +34,7 @@ CLAIM = (
     "warns); Lightning fails to start with our batch sampler under its defaults and never "
     "sets a batch sampler's epoch; StatefulDataLoader never sets the epoch. Through "
     "samplers.integrations every framework sees every sample exactly once in every epoch, "
-    "with set_epoch reaching the sampler before each epoch."
+    "with set_epoch reaching the sampler in every epoch."
 )
 GUARDED_BY = "tests/test_frameworks.py::test_frameworks_claims_hold_in_real_processes"
 SLOW = True
