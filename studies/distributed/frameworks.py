@@ -100,6 +100,7 @@ class Observed:
 
 def _scenarios() -> tuple[Scenario, ...]:
     found: list[Scenario] = []
+    options: tuple[tuple[str, bool], ...]
     for split in (False, True):
         for even in (True, False):
             options = (("split_batches", split), ("even_batches", even))
@@ -212,8 +213,13 @@ class _OursBatches(_RecordsEpochs, DistributedBatchSampler):
     pass
 
 
+def _options(scenario: Scenario) -> dict[str, Any]:
+    """The scenario's framework options, as keyword arguments."""
+    return dict(scenario.options)
+
+
 def _sampler(name: str, observed: Observed) -> Any:
-    dataset = range(DATASET_SIZE)
+    dataset: Any = range(DATASET_SIZE)
     made: Any
     if name == "stock":
         made = _Stock(dataset)
@@ -238,9 +244,9 @@ def _epochs(loader: Any) -> list[tuple[int, list[int]]]:
 
 
 def _accelerate(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int, list[int]]]:
-    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate import Accelerator, DataLoaderConfiguration  # type: ignore[import-untyped]
 
-    config = DataLoaderConfiguration(**dict(scenario.options))
+    config = DataLoaderConfiguration(**_options(scenario))
     accelerator = Accelerator(cpu=True, dataloader_config=config, project_dir=directory)
     if scenario.supported:
         from samplers.integrations.accelerate import prepare_data_loader
@@ -299,11 +305,11 @@ def _transformers(scenario: Scenario, sampler: Any, directory: str) -> list[tupl
         logging_strategy="no",
         disable_tqdm=True,
     )
-    common = {"model": model, "args": arguments, "train_dataset": Items()}
+    common: dict[str, Any] = {"model": model, "args": arguments, "train_dataset": Items()}
     if scenario.supported:
         from samplers.integrations.transformers import ShardedTrainer
 
-        trainer = ShardedTrainer(**common, train_sampler=sampler, callbacks=[EpochCounter()])
+        trainer: Any = ShardedTrainer(**common, train_sampler=sampler, callbacks=[EpochCounter()])
     else:
         trainer = SamplerOverride(**common, callbacks=[EpochCounter()])
     trainer.train()
@@ -344,7 +350,7 @@ def _lightning(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[i
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=directory,
-        **dict(scenario.options),
+        **_options(scenario),
     )
     trainer.fit(lightning_module(seen), _lightning_loader(scenario, sampler))
     return seen
@@ -369,17 +375,19 @@ def _fabric(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int,
         fabric.launch()
         _FABRIC.append(fabric)
     loader = _FABRIC[0].setup_dataloaders(
-        _lightning_loader(scenario, sampler), **dict(scenario.options)
+        _lightning_loader(scenario, sampler), **_options(scenario)
     )
     return _epochs(loader)
 
 
 def _torchdata(scenario: Scenario, sampler: Any, directory: str) -> list[tuple[int, list[int]]]:
     if scenario.path == "StatefulDataLoader":
-        from torchdata.stateful_dataloader import StatefulDataLoader
+        from torchdata.stateful_dataloader import (  # type: ignore[import-untyped]
+            StatefulDataLoader,
+        )
 
         return _epochs(_loader(sampler, StatefulDataLoader))
-    import torchdata.nodes as nodes
+    import torchdata.nodes as nodes  # type: ignore[import-untyped]
 
     from samplers.integrations.torchdata import sampler_node
 
