@@ -132,9 +132,16 @@ RECIPE_TIMEOUT = 240.0
 
 
 def run_recipe(name: str, directory: Path) -> str:
-    """Run README's ``name`` block as ``torchrun --nproc-per-node 2`` in ``directory``."""
+    """Run README's ``name`` block as ``torchrun --nproc-per-node 2`` in ``directory``;
+    what the ranks printed, each rank's lines whole (torchrun writes them to one log file
+    per rank, so lines of different ranks cannot interleave)."""
     (directory / "recipe.py").write_text(readme_example(name))
+    logs = directory / "logs"
     done = torchrun(
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "1",
         "recipe.py",
         processes=2,
         timeout=RECIPE_TIMEOUT,
@@ -142,7 +149,7 @@ def run_recipe(name: str, directory: Path) -> str:
         environment={"PYTHONWARNINGS": "ignore"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return "".join(path.read_text() for path in sorted(logs.rglob("stdout.log")))
 
 
 def printed(out: str) -> dict[tuple[int, str], list[list[int]]]:
@@ -150,6 +157,8 @@ def printed(out: str) -> dict[tuple[int, str], list[list[int]]]:
     lines = {}
     for rank, label, batches in re.findall(r"^(\d+) (\d+|resumed) (\[.*\])$", out, re.M):
         lines[int(rank), label] = ast.literal_eval(batches)
+    expected = {(rank, label) for rank in (0, 1) for label in ("0", "1")}
+    assert expected <= set(lines), out
     return lines
 
 

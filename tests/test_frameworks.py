@@ -226,3 +226,15 @@ def test_answer_row_names_apis_that_exist() -> None:
         owner = found[called]  # a class passing **kwargs on takes its base's keywords
         takers = owner.__mro__[:-1] if isinstance(owner, type) else (owner,)
         assert any(keyword in inspect.signature(t).parameters for t in takers), keyword
+
+
+def test_answer_row_from_the_reports_csv_is_the_same(tmp_path: Any) -> None:
+    import pandas as pd
+
+    from studies.report import _frame_csv, _readable
+
+    evidence = frameworks.evidence(made_up())
+    table = evidence.tables[0].frame
+    csv = tmp_path / "frameworks-runs.csv"
+    csv.write_text(_frame_csv(_readable(table)))
+    assert frameworks.answer_from(pd.read_csv(csv)) == frameworks.answer_from(table)

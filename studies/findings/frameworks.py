@@ -259,7 +259,13 @@ def _warned(losing: pd.DataFrame) -> str:
 
 def answer(finding: Finding) -> tuple[str, str, str]:
     """The reports' "if you are doing X, use Y" row for this finding, from its tables."""
-    table = finding.tables[0].frame
+    return answer_from(finding.tables[0].frame, finding.name)
+
+
+def answer_from(table: pd.DataFrame, name: str = NAME) -> tuple[str, str, str]:
+    """:func:`answer` from the runs table itself: the built one, or the one the reports
+    keep as ``frameworks-runs.csv`` (read with ``pandas.read_csv``), which gives the same
+    row."""
     usual, ours = table[table[OURS] == NO], table[table[OURS] == YES]
     worst = {
         framework: _most(usual[(usual[FRAMEWORK] == framework) & (usual[STARTED] == YES)][NEVER])
@@ -275,7 +281,7 @@ def answer(finding: Finding) -> tuple[str, str, str]:
         "`sampler_node(sampler)` (torchdata.nodes); torchdata's `StatefulDataLoader` takes "
         "ours as it is (call `set_epoch`). Do not pass a DistributedSampler to "
         "`accelerator.prepare` or the Trainer's `_get_train_sampler`.",
-        f"[{finding.name}]({finding.name}.md): the usual path lost up to "
+        f"[{name}]({name}.md): the usual path lost up to "
         f"{worst['accelerate']} of {DATASET_SIZE} samples per epoch with accelerate and up to "
         f"{worst['Hugging Face Trainer']} with the Hugging Face Trainer; "
         f"{_count(len(failed), len(usual), 'usual run')} failed to start; through "
