@@ -8,7 +8,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from samplers import checks, consistency, groups
+from samplers import checks, consistency, groups, resharding
 from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator
 from samplers.options import Permutation, Tail
@@ -79,6 +79,9 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
             (O(1) memory; see :class:`samplers.DistributedSampler`).
         group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
             ``DeviceMesh``); default: the default process group.
+        drop_last: not an option (``tail`` is): given, it raises ``TypeError`` saying so,
+            and, when a framework rebuilds the batch sampler with ``BatchSampler``'s
+            arguments around its own sampler (Lightning does), how to avoid that.
     """
 
     def __init__(
@@ -94,7 +97,9 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         auto_epoch: bool = False,
         permutation: Permutation = "randperm",
         group: groups.Group = None,
+        drop_last: None = None,
     ) -> None:
+        resharding.refuse_drop_last(type(self).__name__, dataset, drop_last)
         checks.dataset_size(dataset)
         self.batch_size = checks.positive("batch_size", batch_size)
         self.group = groups.reference(group)
@@ -133,6 +138,7 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         return BatchIterator.of(plan, checks.as_int("rank", self.rank))
 
     def __iter__(self) -> Iterator[list[int]]:
+        resharding.check(self)
         iterator = self._begin()
         self._warn_unequal(iterator.plan.layout)
         return iterator

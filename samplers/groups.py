@@ -180,7 +180,8 @@ def _mesh_group(mesh: Any) -> ProcessGroup:
             f"group is a {shape} of shape {tuple(mesh.shape)}; a sampler shards over one "
             f"group{example}"
         )
-    return mesh.get_group()  # type: ignore[no-any-return]
+    group: ProcessGroup = mesh.get_group()
+    return group
 
 
 def global_ranks(group: GroupRef) -> list[int]:

@@ -23,8 +23,6 @@ itself, at the right moments.
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
 from typing import Any
 
 from torch.utils.data import BatchSampler
@@ -32,6 +30,8 @@ from torch.utils.data.dataloader import (
     _MultiProcessingDataLoaderIter,
     _SingleProcessDataLoaderIter,
 )
+
+from samplers.callers import callers
 
 __all__ = ["LoopProgress", "find_reader", "loop_progress"]
 
@@ -50,15 +50,10 @@ def find_reader(sampler: object) -> dict[str, Any] | None:
     """The attribute dictionary of the torch DataLoader iterator now calling ``iter()`` on
     ``sampler`` (directly, or through the ``BatchSampler`` the DataLoader built around it),
     or ``None``."""
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(_DEPTH):
-        if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _READERS):
-            attributes: dict[str, Any] = candidate.__dict__
+    for owner in callers(1, _DEPTH):
+        if isinstance(owner, _READERS):
+            attributes: dict[str, Any] = owner.__dict__
             return attributes if _unit(attributes, sampler) is not None else None
-        frame = frame.f_back
     return None
 
 
@@ -68,7 +63,9 @@ def _unit(reader: dict[str, Any], sampler: object) -> int | None:
     index_sampler = reader.get("_index_sampler")
     if index_sampler is sampler:
         return 1
-    if isinstance(index_sampler, BatchSampler) and index_sampler.sampler is sampler:
+    # Exactly torch's BatchSampler: a subclass (accelerate's BatchSamplerShard) may not
+    # batch the sampler's items in order, so its batches are not the loop's progress.
+    if type(index_sampler) is BatchSampler and index_sampler.sampler is sampler:
         return int(index_sampler.batch_size)
     return None
 

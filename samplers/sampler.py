@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers import checks, consistency, groups
+from samplers import checks, consistency, groups, resharding
 from samplers.core import SamplerCore
 from samplers.iterators import ShareIterator
 from samplers.options import Permutation, Tail
@@ -230,6 +230,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
     def __iter__(self) -> Iterator[_T_co]:
         if not self._initialised:  # a subclass that skipped __init__: the stock sampler
             return _StockDistributedSampler.__iter__(self)
+        resharding.check(self)
         # The permutation is drawn now, as the stock sampler draws it when iter() is
         # called (later set_epoch calls do not affect this iterator, and a bad seed
         # raises here); only the conversion to Python ints is deferred.

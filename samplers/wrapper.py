@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import checks, consistency, groups
+from samplers import checks, consistency, groups, resharding
 from samplers.core import SamplerCore
 from samplers.iterators import ShareIterator
 from samplers.options import Tail
@@ -141,6 +141,7 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
         return ShareIterator.of(plan, checks.as_int("rank", self.rank))
 
     def __iter__(self) -> Iterator[int]:
+        resharding.check(self)
         iterator: Iterator[int] = self._begin()
         return iterator
 

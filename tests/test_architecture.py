@@ -63,9 +63,7 @@ def test_the_package_has_no_import_circle() -> None:
     }
     # A package's __init__ re-exports its modules; only module-to-module edges count.
     packages = {name for name, path in names.items() if path.name == "__init__.py"}
-    graph = {
-        name: edges - packages for name, edges in graph.items() if name not in packages
-    }
+    graph = {name: edges - packages for name, edges in graph.items() if name not in packages}
     visiting: list[str] = []
     done: set[str] = set()
 

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import doctest
 import io
+import json
 import re
 import warnings
 from collections import Counter
@@ -13,8 +14,8 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
-from kit_torchrun import torchrun
 from torch.utils.data.distributed import DistributedSampler as StockSampler
+from torchrun_runs import torchrun
 
 import samplers.batch_sampler
 import samplers.feistel
@@ -159,3 +160,103 @@ def test_readme_shows_the_generated_tail_policy_table() -> None:
     # The section sits right after the 30-second example.
     sections = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
     assert sections[sections.index("30-second example") + 1] == "Which sampler and tail policy"
+
+
+# --- the framework recipes, each run as torchrun runs it (2 processes, gloo) ------------
+
+#: Seconds one recipe may take under torchrun (2 ranks importing a framework on 2 cores).
+RECIPE_TIMEOUT = 240.0
+
+
+def run_recipe(name: str, directory: Path) -> str:
+    """Run README's ``name`` block as ``torchrun --nproc-per-node 2`` in ``directory``;
+    what the ranks printed, each rank's lines whole (torchrun writes them to one log file
+    per rank, so lines of different ranks cannot interleave)."""
+    (directory / "recipe.py").write_text(readme_example(name))
+    logs = directory / "logs"
+    done = torchrun(
+        "--log-dir",
+        str(logs),
+        "--redirects",
+        "1",
+        "recipe.py",
+        processes=2,
+        timeout=RECIPE_TIMEOUT,
+        cwd=directory,
+        environment={"PYTHONWARNINGS": "ignore"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return "".join(path.read_text() for path in sorted(logs.rglob("stdout.log")))
+
+
+def printed(out: str) -> dict[tuple[int, str], list[list[int]]]:
+    """The recipe's ``rank label batches`` lines, by (rank, label); other lines ignored."""
+    lines = {}
+    for rank, label, batches in re.findall(r"^(\d+) (\d+|resumed) (\[.*\])$", out, re.M):
+        lines[int(rank), label] = ast.literal_eval(batches)
+    expected = {(rank, label) for rank in (0, 1) for label in ("0", "1")}
+    assert expected <= set(lines), out
+    return lines
+
+
+def check_epochs_and_resume(lines: dict[tuple[int, str], list[list[int]]], first: int) -> None:
+    """Each epoch holds every sample once; each rank's resumed batches are the rest of its
+    epoch 0 after its first 2 batches."""
+    samples = Counter(range(first, first + 43))
+    for epoch in ("0", "1"):
+        got = Counter(i for rank in (0, 1) for batch in lines[rank, epoch] for i in batch)
+        assert got == samples, epoch
+    assert lines[0, "0"] != lines[0, "1"]  # the epoch was set
+    for rank in (0, 1):
+        resumed = lines[rank, "resumed"]
+        if len(resumed) == len(lines[rank, "0"]):  # the recipe printed the first 2 too
+            assert resumed == lines[rank, "0"]
+        else:
+            assert resumed == lines[rank, "0"][2:]
+
+
+def recipe_framework(name: str) -> None:
+    pytest.importorskip(name, reason=f"{name.split('.')[0]} is not installed")
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_readme_accelerate_recipe_is_exact_and_resumes(tmp_path: Path) -> None:
+    recipe_framework("accelerate")
+    check_epochs_and_resume(printed(run_recipe("frameworks-accelerate", tmp_path)), 0)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_readme_transformers_recipe_keeps_the_sampler_state_in_checkpoints(
+    tmp_path: Path,
+) -> None:
+    recipe_framework("transformers")
+    run_recipe("frameworks-transformers", tmp_path)
+    state = json.loads((tmp_path / "out" / "checkpoint-2" / "sampler_state.json").read_text())
+    assert state["epoch"] == 0 and state["sampler"] == "DistributedBatchSampler"
+    last = json.loads((tmp_path / "out" / "checkpoint-12" / "trainer_state.json").read_text())
+    assert last["global_step"] == 12  # 6 steps per epoch, the resumed run finished both
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_readme_lightning_recipe_is_exact_and_checkpoints_the_sampler(tmp_path: Path) -> None:
+    recipe_framework("lightning")
+    lines = printed(run_recipe("frameworks-lightning", tmp_path))
+    samples = Counter(range(43))
+    for epoch in ("0", "1"):
+        assert Counter(i for r in (0, 1) for b in lines[r, epoch] for i in b) == samples
+    assert lines[0, "0"] != lines[0, "1"]
+    import torch
+
+    checkpoint = torch.load(tmp_path / "checkpoints" / "epoch=0-step=2.ckpt", weights_only=False)
+    (loader,) = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader["batches"] == 2 and loader["sampler"]["epoch"] == 0
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_readme_nodes_recipe_is_exact_and_resumes(tmp_path: Path) -> None:
+    recipe_framework("torchdata.nodes")
+    check_epochs_and_resume(printed(run_recipe("frameworks-nodes", tmp_path)), 100)

@@ -1,6 +1,6 @@
 """``dsampler observe`` under torchrun: 3 gloo ranks on 127.0.0.1, bounded in time.
 
-The processes tests run torchrun as CI does (see ``tests/kit_torchrun.py``): each run
+The processes tests run torchrun as CI does (see ``tests/torchrun_runs.py``): each run
 gets a wall-clock limit well under the test's own timeout, so a regression fails the test
 instead of hanging it.
 """
@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from kit_torchrun import ROOT, TORCHRUN_TIMEOUT, torchrun
+from torchrun_runs import ROOT, TORCHRUN_TIMEOUT
+from torchrun_runs import torchrun as run_torchrun
 
 from studies.cases import Case
 from studies.cli import main
@@ -23,6 +24,11 @@ from studies.tables import to_json_records
 from studies.verdicts import verdicts
 
 OBSERVE = ["observe", "--dataset-size", "11", "--batch-size", "2", "--format", "json"]
+
+
+def torchrun(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node 3 <arguments>``, killed after the limit."""
+    return run_torchrun(*arguments, processes=3, timeout=TORCHRUN_TIMEOUT)
 
 
 @pytest.mark.processes

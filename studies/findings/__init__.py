@@ -93,6 +93,7 @@ MODULES: tuple[str, ...] = (
     "speed",
     "guarantees",
     "mesh_sharding",
+    "frameworks",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

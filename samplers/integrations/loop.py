@@ -1,0 +1,100 @@
+"""What the training loop took from a loader, and the sampler's state at that step.
+
+Frameworks fetch ahead of the training loop (accelerate's loader looks one batch ahead to
+know which batch is the last; DataLoader workers prefetch), so a sampler has handed out
+more than the loop has used. :class:`LoopPosition` counts the batches the loop actually
+received from the current iteration and turns the count into the sampler's state with
+``state_dict(consumed=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from samplers.batch_sampler import DistributedBatchSampler
+from samplers.sampler import DistributedSampler
+from samplers.wrapper import DistributedSamplerWrapper
+
+__all__ = ["INDEX_SAMPLERS", "LoopPosition", "framework", "our_sampler"]
+
+#: Our samplers that yield indices (a DataLoader batches them with its BatchSampler).
+INDEX_SAMPLERS = (DistributedSampler, DistributedSamplerWrapper)
+
+_T = TypeVar("_T")
+
+
+def framework(module: str, extra: str) -> ImportError:
+    """The error for a missing framework: what to install."""
+    return ImportError(
+        f"{module} is not installed; install it with the '{extra}' extra: "
+        f"pip install 'dsampler[{extra}]'"
+    )
+
+
+def our_sampler(loader: Any) -> tuple[Any, int]:
+    """The sampler of ours that drives ``loader``, and how many of its items make a batch.
+
+    A :class:`~samplers.DistributedBatchSampler` passed as ``batch_sampler`` (one item, a
+    batch, per batch), or a :class:`~samplers.DistributedSampler` or
+    :class:`~samplers.DistributedSamplerWrapper` passed as ``sampler`` (``batch_size``
+    indices per batch). Raises ``TypeError`` naming what the loader holds otherwise.
+    """
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if isinstance(batch_sampler, DistributedBatchSampler):
+        return batch_sampler, 1
+    inner = getattr(batch_sampler, "sampler", None)
+    batch_size = getattr(batch_sampler, "batch_size", None)
+    if isinstance(inner, INDEX_SAMPLERS) and isinstance(batch_size, int):
+        return inner, batch_size
+    held = type(inner if inner is not None else batch_sampler).__name__
+    raise TypeError(
+        "the loader must be driven by a sampler of ours: DataLoader(dataset, "
+        "batch_sampler=DistributedBatchSampler(...)) or DataLoader(dataset, batch_size=..., "
+        f"sampler=DistributedSampler(...) or DistributedSamplerWrapper(...)); it holds {held}"
+    )
+
+
+class LoopPosition:
+    """The sampler's state at the step the training loop reached in the current iteration.
+
+    Guarantee: after the loop has received ``k`` batches from an iteration that
+    :meth:`track` counts, :meth:`state_dict` is the sampler's state after those ``k``
+    batches, however far the sampler's own iterator has run ahead; once ``k`` is the
+    iteration's whole length, it is the sampler's state at the epoch's end. Before any
+    iteration is counted it is the sampler's own state (a state just loaded, unchanged).
+    """
+
+    def __init__(self, sampler: Any, per_batch: int) -> None:
+        self.sampler = sampler
+        self.per_batch = per_batch
+        self._taken = 0
+        self._length: int | None = None
+
+    def track(self, batches: Iterable[_T], length: int) -> Iterator[_T]:
+        """Yield ``batches`` (an iteration of ``length`` batches), counting what the loop gets."""
+        self._taken, self._length = 0, length
+        for batch in batches:
+            self._taken += 1
+            yield batch
+
+    @property
+    def taken(self) -> int:
+        """Batches the loop has received from the current iteration."""
+        return self._taken
+
+    @property
+    def finished(self) -> bool:
+        """Whether the loop has received every batch of the current iteration."""
+        return self._length is not None and self._taken >= self._length
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's ``state_dict`` at the loop's step (see the class guarantee)."""
+        if self._length is None or self.finished:
+            return dict(self.sampler.state_dict())
+        return dict(self.sampler.state_dict(consumed=self._taken * self.per_batch))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load ``state`` into the sampler: its next iteration continues from there."""
+        self.sampler.load_state_dict(state)
+        self._taken, self._length = 0, None

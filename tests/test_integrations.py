@@ -1,0 +1,326 @@
+"""samplers.integrations in one process: imports, argument checks and state round trips.
+
+The frameworks in real processes are in ``tests/test_integrations_processes.py``; here the
+ranks are simulated with explicit ``num_replicas``/``rank``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
+from samplers.integrations.loop import LoopPosition, our_sampler
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZE = 43
+BATCH = 4
+DATASET = list(range(SIZE))
+MODULES = {
+    "accelerate": "accelerate",
+    "transformers": "transformers",
+    "lightning": "lightning",
+    "torchdata": "torchdata",
+}
+
+
+def made(kind: str, world: int = 2, rank: int = 0, epoch: int = 0) -> Any:
+    if kind == "batches":
+        sampler: Any = DistributedBatchSampler(DATASET, BATCH, world, rank, tail="uneven")
+    elif kind == "wrapper":
+        sampler = DistributedSamplerWrapper(RandomSampler(DATASET), world, rank, tail="uneven")
+    else:
+        sampler = DistributedSampler(DATASET, world, rank, tail="uneven")
+    sampler.set_epoch(epoch)
+    return sampler
+
+
+def arguments(sampler: Any) -> dict[str, Any]:
+    if isinstance(sampler, DistributedBatchSampler):
+        return {"batch_sampler": sampler}
+    return {"batch_size": BATCH, "sampler": sampler}
+
+
+KINDS = ("batches", "indices", "wrapper")
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+
+
+def test_importing_the_samplers_imports_no_framework() -> None:
+    done = python(
+        "import sys, samplers, samplers.integrations\n"
+        f"print(sorted(set({sorted(MODULES)!r}) & {{m.split('.')[0] for m in sys.modules}}))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_missing_framework_names_the_extra_to_install(module: str) -> None:
+    blocked = {"lightning": ["lightning", "pytorch_lightning"]}.get(module, [MODULES[module]])
+    done = python(
+        "import sys\n"
+        + "".join(f"sys.modules[{name!r}] = None\n" for name in blocked)
+        + f"import samplers.integrations.{module}\n"
+    )
+    assert done.returncode != 0
+    assert f"pip install 'dsampler[{module}]'" in done.stderr
+
+
+def test_a_loader_without_a_sampler_of_ours_is_refused() -> None:
+    for loader in (
+        DataLoader(DATASET, batch_size=BATCH, shuffle=True),
+        DataLoader(DATASET, batch_size=BATCH, sampler=StockSampler(DATASET, 2, 0)),
+        DataLoader(DATASET, batch_size=None, sampler=made("indices")),
+    ):
+        with pytest.raises(TypeError, match="driven by a sampler of ours"):
+            our_sampler(loader)
+
+
+def counted(loader: DataLoader[Any], position: LoopPosition) -> Iterator[list[int]]:
+    for batch in position.track(loader, len(loader)):
+        yield batch.tolist()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_loop_position_is_the_state_at_the_step_the_loop_reached(kind: str) -> None:
+    """With workers prefetching, the state after k batches continues at batch k + 1."""
+    whole = [batch.tolist() for batch in DataLoader(DATASET, **arguments(made(kind)))]
+    sampler = made(kind)
+    loader = DataLoader(DATASET, num_workers=2, **arguments(sampler))
+    position = LoopPosition(*our_sampler(loader))
+    batches = counted(loader, position)
+    assert [next(batches) for _ in range(2)] == whole[:2]
+    state = position.state_dict()
+    assert position.taken == 2 and not position.finished
+    rest = [batch.tolist() for batch in _resumed(kind, state)]
+    assert rest == whole[2:]
+
+
+def _resumed(kind: str, state: dict[str, Any], world: int = 2, rank: int = 0) -> Any:
+    sampler = made(kind, world, rank)
+    sampler.load_state_dict(state)
+    return DataLoader(DATASET, **arguments(sampler))
+
+
+def test_the_loop_position_at_the_epochs_end_starts_the_next_epoch() -> None:
+    sampler = made("indices")  # 22 samples: the last batch is smaller than the batch size
+    loader = DataLoader(DATASET, **arguments(sampler))
+    position = LoopPosition(*our_sampler(loader))
+    assert len(list(counted(loader, position))) == 6 and position.finished
+    restored = made("indices")
+    restored.load_state_dict(position.state_dict())
+    restored.set_epoch(1)
+    assert list(restored) == list(made("indices", epoch=1))
+
+
+# --- Lightning's loader ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lightning() -> Any:
+    pytest.importorskip("lightning.fabric", reason="lightning is not installed")
+    import samplers.integrations.lightning as module
+
+    return module
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lightning_sees_a_distributed_sampler_and_sets_our_epoch(lightning: Any, kind: str) -> None:
+    sampler = made(kind)
+    loader = lightning.ShardedDataLoader(DATASET, **arguments(sampler))
+    assert isinstance(loader.sampler, StockSampler)
+    assert [b.tolist() for b in loader] == [
+        b.tolist() for b in DataLoader(DATASET, **arguments(made(kind)))
+    ]
+    loader.sampler.set_epoch(3)
+    assert sampler.epoch == 3
+    if kind != "indices":
+        with pytest.raises(TypeError, match="iterate the loader"):
+            iter(loader.sampler)
+        with pytest.raises(TypeError, match="take len"):
+            len(loader.sampler)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lightning_loader_state_resumes_the_epoch_and_counts_it_whole(
+    lightning: Any, kind: str
+) -> None:
+    whole = [b.tolist() for b in lightning.ShardedDataLoader(DATASET, **arguments(made(kind)))]
+    loader = lightning.ShardedDataLoader(DATASET, num_workers=2, **arguments(made(kind)))
+    iterator = iter(loader)
+    first = [next(iterator).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    assert state["batches"] == 2 and not state["finished"]
+
+    restored = lightning.ShardedDataLoader(DATASET, **arguments(made(kind)))
+    restored.load_state_dict(state)
+    assert restored.state_dict() == state  # loaded, not iterated: the same state
+    assert len(restored) == len(whole)  # the epoch's batches, the 2 taken included
+    rest = [batch.tolist() for batch in restored]
+    assert first + rest == whole
+    assert restored.state_dict()["finished"]
+    assert restored.state_dict()["batches"] == len(whole)
+
+
+def test_lightning_loader_refuses_a_foreign_state(lightning: Any) -> None:
+    loader = lightning.ShardedDataLoader(DATASET, **arguments(made("batches")))
+    good = loader.state_dict()
+    for broken, field in (
+        ([], "state must be a dict"),
+        ({k: v for k, v in good.items() if k != "batches"}, "'batches' is missing"),
+        ({**good, "batches": -1}, "'batches' must be at least 0"),
+        ({**good, "finished": 1}, "'finished' must be a bool"),
+        ({**good, "sampler": 3}, "'sampler' must be a Mapping"),
+    ):
+        with pytest.raises(ValueError, match=field):
+            loader.load_state_dict(broken)
+
+
+def test_lightning_loader_refuses_a_loader_without_ours(lightning: Any) -> None:
+    with pytest.raises(TypeError, match="driven by a sampler of ours"):
+        lightning.ShardedDataLoader(DATASET, batch_size=BATCH, shuffle=True)
+
+
+# --- accelerate and the Hugging Face Trainer -----------------------------------------
+
+
+@pytest.fixture
+def accelerator() -> Iterator[Any]:
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed")
+    from accelerate.state import AcceleratorState, PartialState
+
+    yield accelerate.Accelerator(cpu=True)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState._reset_state()
+
+
+def test_prepare_data_loader_checks_its_arguments(accelerator: Any) -> None:
+    from samplers.integrations.accelerate import prepare_data_loader
+
+    loader = DataLoader(DATASET, **arguments(made("batches")))
+    with pytest.raises(TypeError, match="dataloader must be a torch DataLoader"):
+        prepare_data_loader(DATASET, accelerator)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"accelerator must be an accelerate\.Accelerator"):
+        prepare_data_loader(loader, object())
+    prepared = prepare_data_loader(loader, accelerator)
+    assert accelerator.prepare(prepared) is prepared  # recognised as prepared
+    with pytest.raises(ValueError, match="already prepared by accelerate"):
+        prepare_data_loader(prepared, accelerator)
+    with pytest.raises(ValueError, match="already prepared by accelerate"):
+        prepare_data_loader(accelerator.prepare(DataLoader(DATASET, batch_size=2)), accelerator)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prepared_loader_state_continues_the_epoch(accelerator: Any, kind: str) -> None:
+    from samplers.integrations.accelerate import prepare_data_loader
+
+    whole = [b.tolist() for b in DataLoader(DATASET, **arguments(made(kind)))]
+    loader = prepare_data_loader(
+        DataLoader(DATASET, num_workers=2, **arguments(made(kind))), accelerator
+    )
+    iterator = iter(loader)
+    first = [next(iterator).tolist() for _ in range(3)]  # accelerate has fetched a 4th
+    state = loader.state_dict()
+    restored = prepare_data_loader(
+        DataLoader(DATASET, **arguments(made(kind, epoch=5))), accelerator
+    )
+    restored.load_state_dict(state)
+    assert first + [b.tolist() for b in restored] == whole
+    assert restored.iteration == 1  # the next iteration is the next epoch
+
+
+def test_sharded_trainer_checks_its_sampler(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    import torch
+    from accelerate.state import AcceleratorState, PartialState
+    from transformers import TrainingArguments
+
+    from samplers.integrations.transformers import ShardedTrainer
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, use_cpu=True, report_to=[]
+    )
+    model = torch.nn.Linear(1, 1)
+    try:
+        with pytest.raises(TypeError, match="train_sampler must be a DistributedBatchSampler"):
+            ShardedTrainer(
+                model=model, args=args, train_dataset=DATASET, train_sampler=RandomSampler(DATASET)
+            )
+        wrong = DistributedBatchSampler(DATASET, 8, 2, 0)
+        with pytest.raises(
+            ValueError, match="batch_size is 8, but per_device_train_batch_size is 4"
+        ):
+            ShardedTrainer(model=model, args=args, train_dataset=DATASET, train_sampler=wrong)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        PartialState._reset_state()
+
+
+# --- torchdata.nodes ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nodes() -> Any:
+    return pytest.importorskip("torchdata.nodes", reason="torchdata is not installed")
+
+
+def pipeline(nodes: Any, sampler: Any) -> Any:
+    from samplers.integrations.torchdata import sampler_node
+
+    source = sampler_node(sampler)
+    if not isinstance(sampler, DistributedBatchSampler):
+        source = nodes.Batcher(source, BATCH, drop_last=False)
+    return nodes.Loader(nodes.Prefetcher(nodes.Mapper(source, list), 3))
+
+
+def test_sampler_node_refuses_other_samplers(nodes: Any) -> None:
+    from samplers.integrations.torchdata import sampler_node
+
+    with pytest.raises(TypeError, match="sampler must be a DistributedSampler"):
+        sampler_node(RandomSampler(DATASET))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_ranks_pipeline_state_resumes_on_another_world_size(nodes: Any, kind: str) -> None:
+    seen: Counter[int] = Counter()
+    states = []
+    for rank in range(2):
+        loader = pipeline(nodes, made(kind, 2, rank))
+        iterator = iter(loader)
+        seen.update(i for _ in range(2) for i in next(iterator))
+        states.append(loader.state_dict())
+    for rank in range(3):
+        restored = pipeline(nodes, made(kind, 3, rank))
+        restored.load_state_dict(states[1])
+        seen.update(i for batch in restored for i in batch)
+    assert seen == Counter(range(SIZE))
+
+
+def test_a_pipeline_state_at_the_epochs_end_starts_the_next_epoch(nodes: Any) -> None:
+    uninterrupted = pipeline(nodes, made("batches"))
+    epochs = [list(uninterrupted) for _ in range(2)]
+    loader = pipeline(nodes, made("batches"))
+    iterator = iter(loader)
+    assert [next(iterator) for _ in epochs[0]] == epochs[0]  # its last batch, nothing more
+    restored = pipeline(nodes, made("batches"))
+    restored.load_state_dict(loader.state_dict())
+    # What comes next is epoch 1 (after an empty rest of epoch 0, if the loader shows it).
+    assert (list(restored) or list(restored)) == epochs[1]
