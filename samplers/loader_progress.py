@@ -32,6 +32,7 @@ from torch.utils.data.dataloader import (
 )
 
 from samplers.callers import callers
+from samplers.plan import ceil_div
 
 __all__ = ["LoopProgress", "find_reader", "loop_progress"]
 
@@ -83,5 +84,5 @@ def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopPr
     if unit is None or not isinstance(batches, int):
         return None
     drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
-    total = count // unit if drop_last else -(-count // unit)
+    total = count // unit if drop_last else ceil_div(count, unit)
     return batches * unit, batches >= total
