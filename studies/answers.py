@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from studies.findings import Finding, resume, tail_policies, wrapped_samplers, zip_collection
+from studies.findings import Finding, resume, tail_policies, wrapping_samplers, zip_and_truncate
 from studies.findings.distributed_evaluation import ERROR_COLUMNS
 
 __all__ = ["COLUMNS", "NEEDED", "answers"]
@@ -107,13 +107,13 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
     exact_names = " and ".join(f"`{name}`" for name in exact_rows.index)
     full_rows = tails[tails[tail_policies.SMALLEST].astype(float) == 1.0]
     stock_smallest = float(tails.loc[tail_policies.STOCK_PAD, tail_policies.SMALLEST])
-    zipped = zip_collection.summary(_table(findings, "zip-and-truncate")).set_index("sampler")
+    zipped = zip_and_truncate.summary(_table(findings, "zip-and-truncate")).set_index("sampler")
     uneven_zip = zipped.loc['ours, tail="uneven"']
     unshard_wrong = int(zipped["unshard wrong"].sum())
     wrapped = _table(findings, "wrapping-samplers")
-    by_pattern = wrapped.groupby("pattern")[wrapped_samplers.NEVER].max()
-    common_unseen = int(by_pattern[wrapped_samplers.COMMON])
-    ours_unseen = int(by_pattern[wrapped_samplers.OURS])
+    by_pattern = wrapped.groupby("pattern")[wrapping_samplers.NEVER].max()
+    common_unseen = int(by_pattern[wrapping_samplers.COMMON])
+    ours_unseen = int(by_pattern[wrapping_samplers.OURS])
 
     rows = [
         (

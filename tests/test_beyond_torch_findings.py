@@ -30,7 +30,7 @@ from studies.evaluation import (
     score,
     zip_and_truncate,
 )
-from studies.findings import exact_evaluation, tail_policies, wrapped_samplers, zip_collection
+from studies.findings import exact_evaluation, tail_policies, wrapping_samplers, zip_and_truncate
 
 # --- ROC AUC ------------------------------------------------------------------------------
 
@@ -186,7 +186,7 @@ def test_zip_and_truncate_loses_samples() -> None:
     with pytest.raises(ValueError, match="dataset_size must be at least 0, got -1"):
         zip_and_truncate([[1]], -1)
 
-    finding = findings.build(zip_collection)
+    finding = findings.build(zip_and_truncate)
     frame = finding.tables[0].frame
     lost = "zip and truncate: samples lost"
     per_sampler = dict(tuple(frame.groupby("sampler")))
@@ -196,11 +196,11 @@ def test_zip_and_truncate_loses_samples() -> None:
     uneven = per_sampler['ours, tail="uneven"']
     assert (uneven[lost] == uneven["dataset size"] % uneven["world size"]).all()
     assert (uneven[lost] > 0).sum() >= 100
-    batched_pad = per_sampler[f'DistributedBatchSampler({zip_collection.BATCH_SIZE}), tail="pad"']
+    batched_pad = per_sampler[f'DistributedBatchSampler({zip_and_truncate.BATCH_SIZE}), tail="pad"']
     assert (batched_pad["zip and truncate: extra copies"] > 0).any()  # repeats, too
     assert (frame[[c for c in frame.columns if c.startswith("unshard")]] == 0).all().all()
-    sizes, worlds = zip_collection.DATASET_SIZES, zip_collection.WORLD_SIZES
-    assert len(frame) == len(zip_collection.SAMPLERS) * len(sizes) * len(worlds)
+    sizes, worlds = zip_and_truncate.DATASET_SIZES, zip_and_truncate.WORLD_SIZES
+    assert len(frame) == len(zip_and_truncate.SAMPLERS) * len(sizes) * len(worlds)
     assert f"up to {int(uneven[lost].max())} at once" in finding.prose
     assert f"unshard was wrong in 0 of {len(frame)} configurations" in finding.prose
 
@@ -231,18 +231,18 @@ def test_wrapped_streams_overlap_unless_seeded() -> None:
             assert torch.equal(torch.random.get_rng_state(), state)
         assert sorted(itertools.chain(*parts)) == list(range(40)), world
 
-    finding = findings.build(wrapped_samplers)
+    finding = findings.build(wrapping_samplers)
     frame = finding.tables[0].frame
-    ours = frame[frame["pattern"] == wrapped_samplers.OURS]
-    common_rows = frame[frame["pattern"] == wrapped_samplers.COMMON]
+    ours = frame[frame["pattern"] == wrapping_samplers.OURS]
+    common_rows = frame[frame["pattern"] == wrapping_samplers.COMMON]
     assert set(frame["world size"]) == set(range(2, 17))
     assert frame["wrapped sampler"].nunique() == 3
-    assert (ours[[wrapped_samplers.ON_SEVERAL, wrapped_samplers.NEVER]] == 0).all().all()
-    assert ours[wrapped_samplers.EXACT].all() and (ours[wrapped_samplers.STREAMS] == 1).all()
-    assert (common_rows[wrapped_samplers.NEVER] > 0).all()
-    assert (common_rows[wrapped_samplers.ON_SEVERAL] > 0).all()
-    assert (common_rows[wrapped_samplers.STREAMS] == common_rows["world size"]).all()
-    assert not common_rows[wrapped_samplers.EXACT].any()
+    assert (ours[[wrapping_samplers.ON_SEVERAL, wrapping_samplers.NEVER]] == 0).all().all()
+    assert ours[wrapping_samplers.EXACT].all() and (ours[wrapping_samplers.STREAMS] == 1).all()
+    assert (common_rows[wrapping_samplers.NEVER] > 0).all()
+    assert (common_rows[wrapping_samplers.ON_SEVERAL] > 0).all()
+    assert (common_rows[wrapping_samplers.STREAMS] == common_rows["world size"]).all()
+    assert not common_rows[wrapping_samplers.EXACT].any()
     assert f"no sample was on more than one rank in {len(ours)} of {len(ours)}" in finding.prose
 
 

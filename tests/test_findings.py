@@ -28,7 +28,7 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedSampler
 from studies.cases import EXPERIMENT, Case
-from studies.distributed.agreement import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
+from studies.distributed.versus_simulation import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
 from studies.distributed.collectives import COLLECTIVES
 from studies.distributed.collectives import COLUMNS as COLLECTIVE_COLUMNS
 from studies.evaluation import estimates, exact_accuracy, is_correct, rank_results

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-import studies.distributed.agreement
+import studies.distributed.versus_simulation
 from samplers.plan import EpochPlan, ShardSizes
 from studies import findings
 from studies.cases import EXPERIMENT, Case
-from studies.distributed.agreement import (
+from studies.distributed.versus_simulation import (
     MATCH_COLUMNS,
     MISMATCH_COLUMNS,
     Comparison,
@@ -98,7 +98,7 @@ def test_compare_shows_a_mismatch_in_full(monkeypatch: pytest.MonkeyPatch) -> No
     runs = [Run(Case(5, 2, 2)), Run(Case(7, 3, 2, implementation="samplers"), 2)]
     real = [case_rows(run.case) for run in runs]
     real[1][0] = {**real[1][0], "indices": [999]}
-    monkeypatch.setattr(studies.distributed.agreement, "run_many", _returning(real))
+    monkeypatch.setattr(studies.distributed.versus_simulation, "run_many", _returning(real))
 
     result = compare(runs, labels=["good", "bad"])
 

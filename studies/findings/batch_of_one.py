@@ -11,7 +11,8 @@ import torch
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, joined, listed, sampler_share
+from studies.findings.observe import batches, sampler_share
+from studies.findings.wording import joined, listed
 
 NAME = "batch-of-one"
 TITLE = "A last batch of one sample breaks BatchNorm in train mode"

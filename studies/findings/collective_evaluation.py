@@ -6,7 +6,7 @@ import pandas as pd
 
 from studies.distributed.collectives import COLLECTIVES, measure
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined
+from studies.findings.wording import joined
 
 NAME = "collective-evaluation"
 TITLE = "Evaluation through real collectives: only gathering and truncating is exact"

@@ -10,7 +10,8 @@ import torch
 from samplers.plan import rank_positions
 from studies.cases import Case, Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, flat, listed, plan, sampler_share
+from studies.findings.observe import batches, flat, plan, sampler_share
+from studies.findings.wording import listed
 from studies.simulate import simulate
 from studies.summary import summarize
 

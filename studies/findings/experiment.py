@@ -10,8 +10,9 @@ import pandas as pd
 from studies import blog_post
 from studies.cases import EXPERIMENT, EXPERIMENT_DESCRIPTIONS
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, joined, listed
+from studies.findings.observe import batches
 from studies.findings.padding import received_order, repeats
+from studies.findings.wording import joined, listed
 from studies.simulate import COLUMNS, simulate
 from studies.summary import summarize
 from studies.verdicts import verdicts

@@ -9,7 +9,7 @@ import pandas as pd
 from samplers import testing
 from studies.check_cli import SHOWN, counterexample_text
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined
+from studies.findings.wording import joined
 from studies.peers import COLUMNS, NOT_AVAILABLE, NOT_INSTALLED, Column, unavailable
 
 NAME = "guarantees"

@@ -10,7 +10,7 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 from samplers import DistributedSampler
 from studies.cases import Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import joined, listed
 from studies.simulate import IndexDataset
 
 NAME = "manual-seed"

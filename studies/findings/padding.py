@@ -12,7 +12,8 @@ from samplers.plan import interleave
 from studies.cases import Case, Implementation
 from studies.figures import draw_layout
 from studies.findings import Evidence, Picture, Table
-from studies.findings.observe import layout, listed, plan, sampler_share
+from studies.findings.observe import layout, plan, sampler_share
+from studies.findings.wording import listed
 
 NAME = "padding"
 TITLE = "Padding repeats the head of the shuffled order, on the highest ranks"

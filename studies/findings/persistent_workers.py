@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import joined, listed
 from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "persistent-workers"

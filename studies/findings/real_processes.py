@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from studies.distributed.agreement import Comparison, compare, verification_runs
+from studies.distributed.versus_simulation import Comparison, compare, verification_runs
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import joined, listed
 
 NAME = "real-processes"
 TITLE = "Simulation vs real processes: the same batches, rank by rank"

@@ -11,7 +11,7 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 from samplers import DistributedSampler
 from samplers.plan import TAILS
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined
+from studies.findings.wording import joined
 
 NAME = "resume"
 TITLE = "Resuming mid-epoch on another world size: what is repeated and what is never seen"

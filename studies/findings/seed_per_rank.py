@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from studies.cases import Case, Implementation
 from studies.figures import draw_lines
 from studies.findings import Evidence, Picture, Table
-from studies.findings.observe import joined
+from studies.findings.wording import joined
 from studies.simulate import IndexDataset, make_sampler
 
 NAME = "seed-per-rank"

@@ -6,7 +6,8 @@ import pandas as pd
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, flat, listed
+from studies.findings.observe import batches, flat
+from studies.findings.wording import listed
 
 NAME = "set-epoch"
 TITLE = "Without set_epoch, every epoch repeats the same order"

@@ -10,7 +10,7 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from studies.cases import Case, Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import listed
+from studies.findings.wording import listed
 from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "set-epoch-timing"

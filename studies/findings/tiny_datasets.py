@@ -16,15 +16,8 @@ from samplers.plan import interleave
 from studies.cases import Case
 from studies.figures import draw_layout
 from studies.findings import Evidence, Picture, Table
-from studies.findings.observe import (
-    batches,
-    flat,
-    joined,
-    layout,
-    listed,
-    plan,
-    sampler_share,
-)
+from studies.findings.observe import batches, flat, layout, plan, sampler_share
+from studies.findings.wording import joined, listed
 from studies.simulate import IndexDataset
 
 NAME = "tiny-datasets"
