@@ -526,14 +526,17 @@ def _agreement_text(agreement: dict[str, Any]) -> str:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from studies.report import OutputError, check_output, write_reports
+    from studies.extras import MissingExtra
+    from studies.report import OutputError, write_reports
 
     try:
-        check_output(args.output, force=args.force)
         paths = write_reports(output=args.output, progress=not args.no_progress, force=args.force)
     except OutputError as error:
         print(f"dsampler report: error: --output {error}", file=sys.stderr)
         return 2
+    except MissingExtra as error:
+        print(f"dsampler report: error: the report needs {error}", file=sys.stderr)
+        return 1
     for path in paths:
         print(path)
     return 0

@@ -29,9 +29,16 @@ What it writes into ``output``:
 :func:`write_reports` writes only into a new or empty directory or one it generated
 itself (:func:`is_generated`: its ``MANIFEST`` lists only generated kinds of file and a
 listed Markdown file carries the generated stamp, so a user's own file named
-``MANIFEST`` does not count); anything else needs ``force=True``. It checks this, and
-that the directory can be written, before rendering anything (:func:`check_output`).
-Progress goes to stderr: a bar on a terminal, otherwise one line per part.
+``MANIFEST`` does not count); anything else needs ``force=True``. Before rendering
+anything it checks this, that the directory can be written (:func:`check_output`) and
+that the study's and the peers' extras are installed (:func:`studies.extras.require`).
+
+Writing is all or nothing as far as a re-run can tell: every file is rendered in memory
+first, so a failing finding writes nothing. A new (or empty) directory is written as a
+temporary directory next to it and renamed at the end; in a directory generated before,
+each file is written to a temporary file and renamed over the old one, ``MANIFEST``
+last, so an interrupted run leaves the previous ``MANIFEST`` and the directory is still
+recognised. Progress goes to stderr: a bar on a terminal, otherwise one line per part.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -54,6 +62,7 @@ from tqdm import tqdm
 from studies import findings as registry
 from studies.answers import answers
 from studies.cases import EXPERIMENT, Case, grid
+from studies.extras import require
 from studies.figures import render_png
 from studies.findings import Finding, Table
 from studies.findings import experiment as experiment_finding
@@ -131,13 +140,15 @@ def table_files(progress: bool = False) -> dict[str, bytes]:
 
 
 def finding_header(module: ModuleType, number: int) -> str:
-    """The start of a finding's Markdown file, from the module's metadata alone."""
+    """The start of a finding's Markdown file, from the module's metadata alone.
+
+    The claim follows it: it is computed by the finding's ``build()``.
+    """
     source = module.__name__.replace(".", "/") + ".py"
     test_file = module.GUARDED_BY.split("::", 1)[0]
     return (
         f"{_STAMP}\n\n"
         f"# {number}. {module.TITLE}\n\n"
-        f"**Claim.** {module.CLAIM}\n\n"
         f"**Guarded by** [`{module.GUARDED_BY}`](../{test_file}). "
         f"**Built by** [`{source}`](../{source}).\n"
     )
@@ -150,7 +161,11 @@ def finding_files(module: ModuleType, number: int) -> dict[str, bytes]:
 
 def _files_of(module: ModuleType, number: int, finding: Finding) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
-    parts = [finding_header(module, number), finding.prose.strip() + "\n"]
+    parts = [
+        finding_header(module, number),
+        f"**Claim.** {finding.claim}\n",
+        finding.prose.strip() + "\n",
+    ]
     for table in finding.tables:
         if table.is_long():
             filename = f"{finding.name}-{table.name}.csv"
@@ -196,7 +211,7 @@ def index(
         "",
     ]
     for number, module in enumerate(modules, start=1):
-        lines.append(f"{number}. [{module.TITLE}]({module.NAME}.md): {module.CLAIM}")
+        lines.append(f"{number}. [{module.TITLE}]({module.NAME}.md)")
     rows = {name: content.decode().count("\n") - 1 for name, content in tables.items()}
     lines += [
         "",
@@ -245,31 +260,73 @@ def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
 def write_reports(output: Path, progress: bool = False, *, force: bool = False) -> list[Path]:
     """Generate every report into ``output``; returns the paths written, sorted.
 
-    Refuses with :class:`OutputError`, before rendering anything, when ``output`` cannot
+    Refuses, before rendering anything, with :class:`OutputError` when ``output`` cannot
     be written or is a non-empty directory it did not generate and ``force`` is False
-    (:func:`check_output`). Files whose bytes are unchanged are left alone; files the
-    previous run generated (listed in its recognised ``MANIFEST``) that are no longer
-    generated are removed; no other file in ``output`` is touched (with ``force``, files
-    of a generated name are overwritten).
+    (:func:`check_output`), and with :class:`studies.extras.MissingExtra` when a module
+    of the ``study`` or ``peers`` extra is not installed. Files whose bytes are unchanged
+    are left alone; files the previous run generated (listed in its recognised
+    ``MANIFEST``) that are no longer generated are removed; no other file in ``output``
+    is touched (with ``force``, files of a generated name are overwritten). See the
+    module's docstring for how the writing stays all or nothing.
     """
     output = Path(output)
     check_output(output, force=force)
+    require("study", "peers")
     files = render(progress)
-    output.mkdir(parents=True, exist_ok=True)
+    manifest_text = "".join(f"{name}\n" for name in files).encode()
+    if output.is_dir() and any(output.iterdir()):
+        _update(output, files, manifest_text)
+    else:
+        _create(output, files, manifest_text)
+    return sorted([*(output / name for name in files), output / MANIFEST])
+
+
+def _create(output: Path, files: dict[str, bytes], manifest_text: bytes) -> None:
+    """Write a new (or empty) ``output``: a temporary sibling directory, renamed at the end."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(
+        tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
+    )
+    try:
+        for name, content in files.items():
+            (partial / name).write_bytes(content)
+        (partial / MANIFEST).write_bytes(manifest_text)
+        partial.chmod(0o777 & ~_umask())  # mkdtemp makes it private; a report is not
+        partial.rename(output)  # replaces an empty directory, atomically
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _update(output: Path, files: dict[str, bytes], manifest_text: bytes) -> None:
+    """Rewrite a generated (or forced) ``output`` file by file, each renamed into place."""
     stale = _previously_generated(output) - set(files)
-    written = []
     for name, content in files.items():
-        path = output / name
-        if not path.is_file() or path.read_bytes() != content:
-            path.write_bytes(content)
-        written.append(path)
+        _replace(output / name, content)
     for name in stale:
         (output / name).unlink(missing_ok=True)
-    manifest = output / MANIFEST
-    manifest_text = "".join(f"{name}\n" for name in files).encode()
-    if not manifest.is_file() or manifest.read_bytes() != manifest_text:
-        manifest.write_bytes(manifest_text)
-    return sorted([*written, manifest])
+    _replace(output / MANIFEST, manifest_text)
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` unless it holds it already: a temporary file, renamed."""
+    if path.is_file() and path.read_bytes() == content:
+        return
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
+        os.chmod(name, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
+        os.replace(name, path)
+    finally:
+        if os.path.exists(name):
+            os.unlink(name)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def check_output(output: Path, *, force: bool = False) -> None:

@@ -1,8 +1,12 @@
 """The findings: named, generated sections of the reports, each built from measurements.
 
-Guarantee: every number a finding shows (in its tables, its prose and its pictures) is
-computed by its ``build()`` from what the samplers and DataLoaders actually yield, or
-from what was measured while they ran; nothing is typed in by hand.
+Guarantee: every number a finding shows (in its claim, its prose, its tables and its
+pictures) is computed by its ``build()`` from what the samplers and DataLoaders actually
+yield, or from what was measured while they ran; nothing is typed in by hand. So are the
+quantifiers of its claim and prose ("every", "none", "only"): they come from counts over
+its tables (:mod:`studies.findings.wording`), so a sentence never says more than its
+table shows, and the test named by ``GUARDED_BY`` states each claim's condition against
+the table, so a claim that stops holding fails the build.
 
 How to add a finding
 --------------------
@@ -13,18 +17,17 @@ How to add a finding
        the finding is written to ``reports/padding.md`` and its pictures to
        ``reports/padding-<picture>.png``.
    ``TITLE: str``
-       One line, the section's heading.
-   ``CLAIM: str``
-       The claim in one or two sentences. It is static text, so it names the
-       configurations it covers but no measured result.
+       One line, the section's heading. It names the subject, not a measured result.
    ``GUARDED_BY: str``
        The test that fails when the claim stops holding, as
        ``"tests/<file>.py::test_<name>"`` (checked to exist by ``tests/test_findings.py``).
    ``build() -> Evidence``
        Runs the measurements and returns the :class:`Evidence`: its tables (DataFrames),
-       its prose (an f-string over values read from those tables) and optional
-       :class:`Picture` s. It must be deterministic: two calls give equal tables and
-       prose, and pictures that render to the same bytes.
+       its claim and prose (sentences over values read from those tables), optional
+       :class:`Picture` s, and optionally ``facts``: the named values other parts of the
+       report (:mod:`studies.answers`) read, computed from the same tables. It must be
+       deterministic: two calls give equal tables, claim and prose, and pictures that
+       render to the same bytes.
    ``SLOW: bool`` (optional, default ``False``)
        ``True`` when ``build()`` takes more than a few seconds (large sizes, real
        processes). The fast staleness test then checks only the section's generated
@@ -40,8 +43,9 @@ How to add a finding
 
 :func:`modules` imports the registered modules and checks the protocol;
 :func:`build` builds one and labels its evidence with the module's metadata.
-``observe`` (what ranks receive, via :mod:`studies.simulate`) and ``memory``
-(deterministic byte counts) are helpers for findings, not findings themselves.
+``observe`` (what ranks receive, via :mod:`studies.simulate`), ``memory``
+(deterministic byte counts) and ``wording`` (numbers in sentences) are helpers for
+findings, not findings themselves.
 """
 
 from __future__ import annotations
@@ -155,13 +159,21 @@ class Picture:
 
 @dataclass(frozen=True, eq=False)
 class Evidence:
-    """What a finding module's ``build()`` computed: prose, tables and pictures."""
+    """What a finding module's ``build()`` computed: claim, prose, tables and pictures.
 
+    ``claim`` is one or two sentences; ``facts`` is whatever the module exports for other
+    parts of the report (typically a frozen dataclass of values read from the tables).
+    """
+
+    claim: str
     prose: str
     tables: tuple[Table, ...]
     pictures: tuple[Picture, ...] = field(default=())
+    facts: object = None
 
     def __post_init__(self) -> None:
+        if not self.claim.strip():
+            raise ValueError("claim must be a non-empty sentence")
         names = [picture.name for picture in self.pictures]
         if len(set(names)) != len(names):
             raise ValueError(f"pictures must have distinct names, got {names}")
@@ -173,9 +185,16 @@ class Finding:
 
     name: str
     title: str
-    claim: str
     guarded_by: str
     evidence: Evidence
+
+    @property
+    def claim(self) -> str:
+        return self.evidence.claim
+
+    @property
+    def facts(self) -> object:
+        return self.evidence.facts
 
     @property
     def prose(self) -> str:
@@ -210,11 +229,11 @@ def build(module: ModuleType) -> Finding:
     evidence = module.build()
     if not isinstance(evidence, Evidence):
         raise TypeError(f"{module.__name__}.build() must return Evidence, got {evidence!r}")
-    return Finding(module.NAME, module.TITLE, module.CLAIM, module.GUARDED_BY, evidence)
+    return Finding(module.NAME, module.TITLE, module.GUARDED_BY, evidence)
 
 
 def _check(module: ModuleType) -> bool:
-    for attribute in ("NAME", "TITLE", "CLAIM", "GUARDED_BY"):
+    for attribute in ("NAME", "TITLE", "GUARDED_BY"):
         value = getattr(module, attribute, None)
         if not isinstance(value, str) or not value.strip():
             raise TypeError(f"{module.__name__}.{attribute} must be a non-empty str, got {value!r}")

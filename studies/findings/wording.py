@@ -36,14 +36,14 @@ def plural(count: int, singular: str, many: str = "") -> str:
 def count_of(count: int, total: int, noun: str) -> str:
     """``count`` of ``total`` things, as strong as the numbers allow and no stronger.
 
-    ``"all 12 epochs"``, ``"none of the 12 epochs"``, ``"7 of the 12 epochs"``, and for a
-    single thing ``"the 1 epoch"`` or ``"none of the 1 epoch"``. ``noun`` is plural; a
-    total of one uses it as given.
+    ``"all 12 epochs"``, ``"none of the 12 epochs"``, ``"7 of the 12 epochs"``,
+    ``"both epochs"``, and for a single thing ``"the 1 epoch"`` or ``"none of the 1
+    epoch"``. ``noun`` is plural; a total of one uses it as given.
     """
     if not 0 <= count <= total:
         raise ValueError(f"count must lie in [0, total={total}], got {count}")
     if count == total:
-        return f"the 1 {noun}" if total == 1 else f"all {total} {noun}"
+        return {1: f"the 1 {noun}", 2: f"both {noun}"}.get(total, f"all {total} {noun}")
     if count == 0:
         return f"none of the {total} {noun}"
     return f"{count} of the {total} {noun}"
