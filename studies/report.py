@@ -501,8 +501,10 @@ def _table_markdown(table: Table, csv_name: str = "") -> str:
 
 
 def _markdown(frame: pd.DataFrame, **formats: object) -> str:
+    """The frame as a Markdown table. Cells keep their own types (object dtype), so an
+    integer column of a table that also holds floats is printed as integers."""
     options = {key: value for key, value in formats.items() if value}
-    return frame.to_markdown(index=False, **options) + "\n"
+    return frame.astype(object).to_markdown(index=False, **options) + "\n"
 
 
 def _summary_csv(summary: pd.DataFrame) -> str:

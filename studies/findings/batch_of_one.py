@@ -166,8 +166,8 @@ def build() -> Evidence:
     claim = (
         f"With {case.dataset_size} samples on {case.world_size} ranks and batch size "
         f"{case.batch_size}, each rank's share of {shares} left "
-        f"{plural(ones_count, 'batch', 'batches')} of one sample over the run, which the DataLoader's "
-        "drop_last removes. In train mode BatchNorm raised on one sample with "
+        f"{plural(ones_count, 'batch', 'batches')} of one sample over the run, which the "
+        "DataLoader's drop_last removes. In train mode BatchNorm raised on one sample with "
         f"{joined(found.failing) or 'no input'} ({joined(found.failing_values)} value(s) per "
         f"channel) and ran with {joined(found.passing) or 'no input'} "
         f"({joined(found.passing_values)}); in eval mode "
