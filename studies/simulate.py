@@ -7,6 +7,7 @@ DataLoader hands the training loop, batch by batch.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -21,6 +22,19 @@ from studies.cases import CASE_COLUMNS, Case
 
 #: The tidy table's columns: one row per (case, epoch, rank, batch).
 COLUMNS = (*CASE_COLUMNS, "epoch", "rank", "batch", "indices")
+
+#: The warning our batch sampler gives when ranks get different numbers of batches.
+UNEQUAL_BATCHES = r".*gives ranks \d+ or \d+ batches"
+
+
+@contextlib.contextmanager
+def expecting_unequal_batches() -> Iterator[None]:
+    """Silence :data:`UNEQUAL_BATCHES` where a study provokes it on purpose: the
+    configurations that give ranks unequal batch counts are what it measures, and its
+    finding says so. Every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", UNEQUAL_BATCHES, UserWarning)
+        yield
 
 
 class IndexDataset(Dataset[int]):

@@ -14,7 +14,7 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from samplers import DistributedBatchSampler, DistributedSampler
 from studies.findings import Evidence, Table
-from studies.simulate import IndexDataset
+from studies.simulate import IndexDataset, expecting_unequal_batches
 
 NAME = "tail-policies"
 TITLE = "Which sampler and tail policy: repeats, drops, batch counts and batch sizes"
@@ -91,9 +91,7 @@ USE = "use this when"
 
 def batches(loader: Loader, size: int, world: int, batch: int) -> list[list[list[int]]]:
     """Each rank's batches (lists of dataset indices) for one configuration."""
-    with warnings.catch_warnings():
-        # Ours warns when ranks get unequal batch counts: what this finding measures.
-        warnings.filterwarnings("ignore", r".*gives ranks \d+ or \d+ batches")
+    with expecting_unequal_batches():  # what this finding measures
         return [[list(b) for b in loader(size, world, rank, batch)] for rank in range(world)]
 
 

@@ -1,180 +1,176 @@
-"""Finding: zipping the ranks' parts and truncating is exact only for the stock padding."""
+"""Finding: zip-and-truncate collections against the layouts they are used with."""
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from importlib.metadata import version
 
 import pandas as pd
-from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
-from samplers import DistributedBatchSampler, DistributedSampler, unshard
-from studies.evaluation import zip_and_truncate
+from studies.distributed.collection import (
+    BATCH_SIZE,
+    COLLECTIONS,
+    LOST,
+    REPEATED,
+    SAMPLERS,
+    WRONG,
+    measure,
+)
 from studies.findings import Evidence, Table
-from studies.simulate import IndexDataset
+from studies.findings.wording import count_of, joined
 
 NAME = "zip-and-truncate"
-TITLE = "Zipping the ranks' parts and truncating loses samples when the parts differ in length"
-CLAIM = (
-    "The common collection of distributed results (mmengine's collect_results: zip the "
-    "ranks' parts in rank order, flatten, truncate to the dataset size) is exact with the "
-    "stock sampler's padding, where every part has the same length; with parts of unequal "
-    'length (samplers.DistributedSampler(tail="uneven")) zip stops at the shortest part '
-    "and samples are silently lost, and with a batch-aware layout results land in other "
-    "samples' slots, lost or repeated. samplers.unshard is exact for all of them."
-)
+TITLE = "Zipping the ranks' parts and truncating: which collection suits which layout"
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_zip_and_truncate_loses_samples"
+SLOW = True
 
-DATASET_SIZES: tuple[int, ...] = (*range(1, 41), 100, 101, 1000, 1001)
-WORLD_SIZES: tuple[int, ...] = (2, 3, 4, 8, 16)
-BATCH_SIZE = 4
+STOCK = "stock, padding"
+UNEVEN = 'ours, tail="uneven"'
+BATCHED = tuple(name for name in SAMPLERS if name.startswith("DistributedBatchSampler"))
 
-#: The samplers compared, by name: (dataset size, world size, rank) -> that rank's sampler.
-SAMPLERS: dict[str, Callable[[int, int, int], Any]] = {
-    "stock, padding": lambda size, world, rank: StockDistributedSampler(
-        IndexDataset(size), num_replicas=world, rank=rank, shuffle=False
-    ),
-    'ours, tail="uneven"': lambda size, world, rank: DistributedSampler(
-        IndexDataset(size), num_replicas=world, rank=rank, shuffle=False, tail="uneven"
-    ),
-    f'DistributedBatchSampler({BATCH_SIZE}), tail="uneven"': lambda size, world, rank: (
-        DistributedBatchSampler(
-            IndexDataset(size), BATCH_SIZE, world, rank, shuffle=False, tail="uneven"
-        )
-    ),
-    f'DistributedBatchSampler({BATCH_SIZE}), tail="pad"': lambda size, world, rank: (
-        DistributedBatchSampler(IndexDataset(size), BATCH_SIZE, world, rank, shuffle=False)
-    ),
+#: The collections in words, for the tables and the prose.
+COLLECTION_WORDS = {
+    "zip": "zip and truncate (the source document's collect_results)",
+    "mmengine": "mmengine collect_results (zip_longest)",
+    "gather_unsharded": "samplers.gather_unsharded",
 }
 
-LOST = "samples lost"
-REPEATED = "extra copies"
-WRONG = "slots not holding their sample"
 
-
-def count(collected: Sequence[int | None], dataset_size: int) -> dict[str, int]:
-    """How a collected list of sample indices differs from ``[0, 1, ..., N - 1]``.
-
-    Each result is its sample's index, so slot ``i`` should hold ``i`` (shuffle off).
-    """
-    present = Counter(index for index in collected if index is not None)
-    return {
-        LOST: sum(1 for index in range(dataset_size) if index not in present),
-        REPEATED: sum(copies - 1 for copies in present.values()),
-        WRONG: sum(
-            1 for slot in range(dataset_size) if slot >= len(collected) or collected[slot] != slot
-        ),
-    }
-
-
-def parts_of(samplers: Sequence[Any]) -> list[list[int]]:
-    """Each rank's sample indices in the order its sampler yields them (batches joined)."""
-    parts = []
-    for sampler in samplers:
-        drawn = list(sampler)
-        if drawn and isinstance(drawn[0], list):
-            drawn = [index for batch in drawn for index in batch]
-        parts.append(drawn)
-    return parts
-
-
-def _planned(sampler: Any, size: int, world: int) -> Any:
-    """The sampler whose plan unshard reads: the stock sampler's is ours with tail "pad"."""
-    if isinstance(sampler, StockDistributedSampler) and not isinstance(sampler, DistributedSampler):
-        return DistributedSampler(IndexDataset(size), world, 0, shuffle=False)
-    return sampler
-
-
-def measure() -> pd.DataFrame:
-    """One row per (sampler, dataset size, world size): both collections' differences."""
-    rows = []
-    for name, make in SAMPLERS.items():
-        for world, size in itertools.product(WORLD_SIZES, DATASET_SIZES):
-            samplers = [make(size, world, rank) for rank in range(world)]
-            parts = parts_of(samplers)
-            zipped = count(zip_and_truncate(parts, size), size)
-            exact = count(unshard(parts, _planned(samplers[0], size, world)), size)
-            rows.append(
-                {
-                    "sampler": name,
-                    "dataset size": size,
-                    "world size": world,
-                    "part lengths differ": len({len(part) for part in parts}) > 1,
-                    **{f"zip and truncate: {k}": v for k, v in zipped.items()},
-                    **{f"unshard: {k}": v for k, v in exact.items()},
-                }
-            )
-    return pd.DataFrame(rows)
+def mmengine_version() -> str:
+    """The installed mmengine's version (the peers extra), whose collect_results is run."""
+    return version("mmengine")
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per sampler: how often and by how much each collection was wrong."""
+    """Per sampler and collection: how often and by how much the collection was wrong."""
     rows = []
-    for name, own in frame.groupby("sampler", sort=False):
-        zipped = {key: own[f"zip and truncate: {key}"] for key in (LOST, REPEATED, WRONG)}
-        unsharded = own[[f"unshard: {key}" for key in (LOST, REPEATED, WRONG)]]
+    for (name, collection), own in frame.groupby(["sampler", "collection"], sort=False):
         rows.append(
             {
                 "sampler": name,
+                "collection": COLLECTION_WORDS[collection],
                 "configurations": len(own),
                 "part lengths differ": int(own["part lengths differ"].sum()),
-                "zip and truncate wrong": int((zipped[WRONG] > 0).sum()),
-                f"zip and truncate: max {LOST}": int(zipped[LOST].max()),
-                f"zip and truncate: max {REPEATED}": int(zipped[REPEATED].max()),
-                f"zip and truncate: max {WRONG}": int(zipped[WRONG].max()),
-                "unshard wrong": int((unsharded.to_numpy() > 0).any(axis=1).sum()),
+                "wrong": int((own[WRONG] > 0).sum()),
+                f"max {LOST}": int(own[LOST].max()),
+                f"max {REPEATED}": int(own[REPEATED].max()),
+                f"max {WRONG}": int(own[WRONG].max()),
             }
         )
     return pd.DataFrame(rows)
 
 
-def describe(frame: pd.DataFrame, table: pd.DataFrame) -> str:
-    """The prose, from :func:`measure`'s frame and its :func:`summary`."""
-    by_name = table.set_index("sampler")
-    stock, uneven = by_name.loc["stock, padding"], by_name.loc['ours, tail="uneven"']
-    ours = frame[frame["sampler"] == 'ours, tail="uneven"']
-    remainder = ours["dataset size"] % ours["world size"]
-    lost = ours[f"zip and truncate: {LOST}"]
-    batched = table[table["sampler"].str.startswith("DistributedBatchSampler")]
+@dataclass(frozen=True)
+class Facts:
+    """Configurations per sampler, and in how many each collection went wrong."""
+
+    configurations: int
+    #: (sampler, collection) -> configurations in which the collected list was wrong.
+    wrong: dict[tuple[str, str], int]
+    uneven_differ: int
+    #: Configurations of ours uneven in which zip lost exactly N mod W samples.
+    remainder_lost: int
+    uneven_zip_lost: int
+
+
+def facts(frame: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of collections."""
+    wrong = {
+        (str(name), str(collection)): int((own[WRONG] > 0).sum())
+        for (name, collection), own in frame.groupby(["sampler", "collection"], sort=False)
+    }
+    uneven = frame[(frame["sampler"] == UNEVEN) & (frame["collection"] == "zip")]
+    remainder = uneven["dataset size"] % uneven["world size"]
+    return Facts(
+        configurations=len(uneven),
+        wrong=wrong,
+        uneven_differ=int(uneven["part lengths differ"].sum()),
+        remainder_lost=int((uneven[LOST] == remainder).sum()),
+        uneven_zip_lost=int((uneven[LOST] > 0).sum()),
+    )
+
+
+def claim(found: Facts, mmengine: str) -> str:
+    """The claim, from the facts and the mmengine version measured."""
+    total = found.configurations
+
+    def wrong(name: str, collection: str) -> str:
+        return count_of(found.wrong[name, collection], total, "configurations")
+
+    def per_layout(collection: str) -> str:
+        return joined(found.wrong[name, collection] for name in BATCHED)
+
+    exact = sum(value == 0 for (_, c), value in found.wrong.items() if c == "gather_unsharded")
+    ours = (
+        f"samplers.gather_unsharded was exact in every configuration for "
+        f"{count_of(exact, len(SAMPLERS), 'samplers')}."
+    )
     return (
-        f"Over {int(stock['configurations'])} (dataset size, world size) pairs per sampler: "
-        f"with the stock padding the parts never differed in length "
-        f"({int(stock['part lengths differ'])} pairs) and zip-and-truncate was wrong in "
-        f'{int(stock["zip and truncate wrong"])}. With tail="uneven" the parts differed in '
-        f"{int(uneven['part lengths differ'])} pairs and zip-and-truncate lost samples in "
-        f"{int((lost > 0).sum())}, up to {int(lost.max())} at once, without an error; the "
-        f"number lost equalled dataset size mod world size in "
-        f"{int((lost == remainder).sum())} of {len(ours)}, the samples past the last "
-        "complete round of ranks, which zip never reaches. With the batch-aware layout, "
-        f"whose ranks take contiguous blocks, it was wrong in "
-        f"{int(batched['zip and truncate wrong'].min())} or more pairs per tail policy, "
-        f"with up to {int(batched[f'zip and truncate: max {REPEATED}'].max())} extra copies "
-        f"and {int(batched[f'zip and truncate: max {WRONG}'].max())} slots holding another "
-        f"sample's result. unshard was wrong in {int(table['unshard wrong'].sum())} of "
-        f"{len(frame)} configurations."
+        "Zipping the ranks' parts in rank order and truncating to the dataset size (the "
+        "collect_results of the source document, mmengine's dist module as published there) "
+        f"was wrong in {wrong(STOCK, 'zip')} with the stock sampler's padding, whose parts "
+        'all have one length; with ours, tail="uneven" (parts of unequal length in '
+        f"{found.uneven_differ}) it was wrong in {wrong(UNEVEN, 'zip')}: zip stops at the "
+        "shortest part and the last samples are lost without an error. mmengine "
+        f"{mmengine}'s collect_results, run in real processes, zips with zip_longest and "
+        f'drops the padding None: with tail="uneven" it was wrong in {wrong(UNEVEN, "mmengine")}. '
+        f"With the batch-aware layouts ({joined(BATCHED)}), whose ranks take contiguous "
+        f"blocks, zip went wrong in {per_layout('zip')} of the {total} and mmengine in "
+        f"{per_layout('mmengine')}. " + ours
+    )
+
+
+def describe(frame: pd.DataFrame, found: Facts, mmengine: str) -> str:
+    """The prose, from the table and its facts."""
+    uneven = frame[(frame["sampler"] == UNEVEN) & (frame["collection"] == "zip")]
+    batched = frame[frame["sampler"].isin(BATCHED) & (frame["collection"] != "gather_unsharded")]
+    worlds = sorted(set(frame["world size"]))
+    sizes = sorted(set(frame["dataset size"]))
+    total = found.configurations
+    return (
+        f"Over {total} (dataset size, world size) pairs per sampler ({len(sizes)} dataset "
+        f"sizes from {sizes[0]} to {sizes[-1]}, world sizes {joined(worlds)}), each rank's "
+        "result for a sample being the sample's index, so slot i must hold i. With "
+        'tail="uneven" the source document\'s zip lost samples in '
+        f"{found.uneven_zip_lost} pairs, up to {int(uneven[LOST].max())} at once; the number "
+        f"lost equalled dataset size mod world size in {found.remainder_lost} of {total}: "
+        "the samples past the last complete round of ranks, which zip never reaches. "
+        f"mmengine {mmengine} pads the shorter parts with None (zip_longest) and drops the "
+        "Nones, so strided parts of unequal length interleave to the end: it was wrong in "
+        f"{found.wrong[UNEVEN, 'mmengine']} of those pairs. It still assumes the strided "
+        "layout: with the batch sampler's contiguous blocks, either zip put up to "
+        f"{int(batched[WRONG].max())} results in another sample's slot, with up to "
+        f'{int(batched[REPEATED].max())} extra copies (tail "pad"). '
+        "Our batch sampler warns when it gives ranks unequal batch counts, which some of "
+        "these configurations do on purpose; the measurement silences that one warning."
     )
 
 
 def build() -> Evidence:
     frame = measure()
-    table = summary(frame)
+    found = facts(frame)
+    mmengine = mmengine_version()
+    shown = frame.assign(collection=frame["collection"].map(COLLECTION_WORDS))
     return Evidence(
-        prose=describe(frame, table),
+        claim=claim(found, mmengine),
+        prose=describe(frame, found, mmengine),
+        facts=found,
         tables=(
             Table(
                 "Collections against every sample once, in dataset order",
-                frame,
+                shown,
                 name="collections",
-                summary=table,
+                summary=summary(frame),
                 note=(
                     "Shuffle off; each sample's result is its index, so slot i must hold i. "
                     "Zip and truncate: the ranks' parts zipped in rank order, flattened and "
-                    "truncated to the dataset size. Batch samplers' batches are joined in "
-                    "the order they are yielded. unshard reads the stock sampler's layout "
+                    "truncated to the dataset size (the source document's collect_results). "
+                    f"mmengine {mmengine}: `mmengine.dist.collect_results(part, N)` (device "
+                    '"cpu", its default) called on every rank of a gloo group. Batch '
+                    f"samplers (batch size {BATCH_SIZE}): their batches joined in the order "
+                    "they are yielded. gather_unsharded reads the stock sampler's layout "
                     'from ours with the same arguments (tail "pad"), which yields the same '
-                    "indices."
+                    f"indices. Collections in table order: {joined(COLLECTIONS)}."
                 ),
             ),
         ),
