@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import islice
 
 import pandas as pd
@@ -11,19 +12,10 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 from samplers import DistributedSampler
 from samplers.plan import TAILS
 from studies.findings import Evidence, Table
-from studies.findings.wording import joined
+from studies.findings.wording import count_of, joined
 
 NAME = "resume"
 TITLE = "Resuming mid-epoch on another world size: what is repeated and what is never seen"
-CLAIM = (
-    "A job stopped after k steps on W ranks and resumed on W' ranks, over one epoch: the "
-    "stock sampler restarted at the epoch start, the stock sampler with each new rank "
-    "skipping as many indices as an old rank had yielded (what torchdata's "
-    "StatefulDataLoader does for a sampler without state), and our samplers' "
-    "state_dict()/load_state_dict() with each tail policy. Ours sees every sample exactly "
-    'once with tail "uneven", every sample with fewer than W\' repeats with "pad", and none '
-    'twice with fewer than W\' unseen with "drop", on any new world size.'
-)
 GUARDED_BY = "tests/test_findings.py::test_resume_repeats_and_loses_only_what_the_tail_allows"
 
 DATASET_SIZES: tuple[int, ...] = (97, 1000)
@@ -172,11 +164,11 @@ def example(table: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame, steps
 
 
-def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
-    """Whether each tail's guarantee held in every configuration measured."""
+def _held(table: pd.DataFrame) -> dict[str, int]:
+    """In how many configurations each tail's guarantee held."""
     new = table["new world size"]
     repeated, never = table["samples repeated"], table["samples never seen"]
-    holds = {}
+    held = {}
     for tail, label in OURS.items():
         rows = table["how the job resumes"] == label
         if tail == "uneven":
@@ -185,8 +177,61 @@ def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
             ok = (repeated[rows] < new[rows]) & (never[rows] == 0)
         else:
             ok = (repeated[rows] == 0) & (never[rows] < new[rows])
-        holds[tail] = bool(ok.all())
-    return holds
+        held[tail] = int(ok.sum())
+    return held
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Over the configurations resumed on another world size, per way of resuming."""
+
+    configurations: int
+    moved: int
+    #: tail -> configurations (all of them) in which its guarantee held.
+    held: dict[str, int]
+    #: Ours with tail "uneven", resumed on another world size: the most repeated or lost.
+    uneven_wrong: int
+    skip_lost: int
+    skip_never: int
+    skip_repeated: int
+    restart_repeated: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of configurations."""
+    moved = table[table["old world size"] != table["new world size"]]
+    approach = moved["how the job resumes"]
+    exact = moved[approach == OURS["uneven"]]
+    skipping = moved[approach == SKIP]
+    restarting = moved[approach == RESTART]
+    return Facts(
+        configurations=len(table) // len(APPROACHES),
+        moved=len(exact),
+        held=_held(table),
+        uneven_wrong=int((exact["samples repeated"] + exact["samples never seen"]).max()),
+        skip_lost=int((skipping["samples never seen"] > 0).sum()),
+        skip_never=int(skipping["samples never seen"].max()),
+        skip_repeated=int(skipping["samples repeated"].max()),
+        restart_repeated=int(restarting["samples repeated"].max()),
+    )
+
+
+def claim(found: Facts) -> str:
+    """The claim, from the facts."""
+    total = found.configurations
+    return (
+        "A job stopped after k steps on W ranks and resumed on W' ranks, over one epoch: "
+        "the stock sampler restarted at the epoch start repeated up to "
+        f"{found.restart_repeated} samples; the stock sampler with each new rank skipping "
+        "as many indices as an old rank had yielded (what torchdata's StatefulDataLoader "
+        "does for a sampler without state) left samples never seen in "
+        f"{count_of(found.skip_lost, found.moved, 'configurations')} resumed on another "
+        f"world size, up to {found.skip_never}. Our samplers' state_dict()/load_state_dict() "
+        'saw every sample exactly once with tail "uneven" in '
+        f"{count_of(found.held['uneven'], total, 'configurations')}, every sample with "
+        f'fewer than W\' repeats with "pad" in {found.held["pad"]} and none twice with '
+        f'fewer than W\' unseen with "drop" in {found.held["drop"]}.'
+    )
 
 
 def build() -> Evidence:
@@ -207,9 +252,9 @@ def build() -> Evidence:
         (skip_same["samples never seen"] == 0).all()
         and (skip_same["samples repeated"] < skip_same["new world size"]).all()
     )
-    holds = _guarantees(table)
-    held = [tail for tail in TAILS if holds[tail]]
-    broken = [tail for tail in TAILS if not holds[tail]]
+    found = facts(table)
+    held = [tail for tail in TAILS if found.held[tail] == found.configurations]
+    broken = [tail for tail in TAILS if found.held[tail] < found.configurations]
     rows = one.set_index("how the job resumes")
     on_fewer = rows.loc[RESTART, f"on {fewer} ranks: repeated"]
     on_more = rows.loc[RESTART, f"on {more} ranks: repeated"]
@@ -251,8 +296,8 @@ def build() -> Evidence:
         f"{fewer} ranks and left {rows.loc[SKIP, f'on {more} ranks: never seen']} never seen "
         f"when resumed on {more} (the new ranks skip {steps * BATCH_SIZE} samples each, "
         f"whatever their number), while restarting repeated {restarted}. To checkpoint, save "
-        "`sampler.state_dict()` (with `consumed=` the steps the loop took, times the batch "
-        "size, when a DataLoader with workers fetches ahead) and resume with "
+        "`sampler.state_dict()` (the same on every rank, exact at the step the loop reached "
+        "under a DataLoader; `consumed=` for a loop the sampler cannot see) and resume with "
         "`sampler.load_state_dict(state)` on every new rank."
     )
     note = (
@@ -262,6 +307,8 @@ def build() -> Evidence:
         "the receptions beyond each sample's first."
     )
     return Evidence(
+        claim=claim(found),
+        facts=found,
         prose=prose,
         tables=(
             Table(
