@@ -43,13 +43,14 @@ recognised. Progress goes to stderr: a bar on a terminal, otherwise one line per
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -57,7 +58,6 @@ import matplotlib
 import pandas as pd
 import tabulate
 import torch
-from tqdm import tqdm
 
 from studies import findings as registry
 from studies.answers import answers
@@ -66,6 +66,7 @@ from studies.extras import require
 from studies.figures import render_png
 from studies.findings import Finding, Table
 from studies.findings import experiment as experiment_finding
+from studies.parts import Part, default_workers, run_parts
 from studies.simulate import simulate
 from studies.summary import summarize
 from studies.tables import to_csv_text, to_labelled_csv_text
@@ -126,11 +127,10 @@ def study_cases() -> list[Case]:
     return cases
 
 
-def table_files(progress: bool = False) -> dict[str, bytes]:
+def table_files() -> dict[str, bytes]:
     """``cases.csv`` and ``summary.csv`` for :func:`study_cases`, and ``experiment.csv``."""
     cases = study_cases()
-    wrap = _progress_wrapper("simulating cases") if progress else None
-    rows = simulate(cases, progress=wrap)
+    rows = simulate(cases)
     summary = summarize(cases, rows)
     return {
         "cases.csv": to_csv_text(rows).encode(),
@@ -232,29 +232,53 @@ def index(
     return "\n".join(lines).encode()
 
 
-def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
+def render(
+    progress: bool = False, *, slow: bool = True, workers: int | None = None
+) -> dict[str, bytes]:
     """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings).
 
-    The README's answers read only fast findings (:data:`studies.answers.NEEDED`), so
-    they are the same with or without the slow ones.
+    The parts (the tables, then each finding) run side by side in ``workers`` processes
+    (default :func:`studies.parts.default_workers`); the result does not depend on how
+    many. The README's answers read only fast findings (:data:`studies.answers.NEEDED`),
+    so they are the same with or without the slow ones.
     """
     modules = registry.modules()
-    steps: list[tuple[str, Callable[[], dict[str, bytes]]]] = [
-        ("cases and summary", lambda: table_files(progress))
+    chosen = [
+        (number, module)
+        for number, module in enumerate(modules, start=1)
+        if slow or not registry.is_slow(module)
     ]
+    # Slow parts first, so that the longest ones do not start last.
+    chosen.sort(key=lambda item: not registry.is_slow(item[1]))
+    parts = [Part("cases and summary", table_files)] + [
+        Part(module.NAME, finding_part, (module.__name__, number)) for number, module in chosen
+    ]
+    done = run_parts(parts, workers=workers or default_workers(), progress=progress)
+    files: dict[str, bytes] = dict(done[0][0])
     built: dict[str, Finding] = {}
-    for number, module in enumerate(modules, start=1):
-        if slow or not registry.is_slow(module):
-            steps.append((module.NAME, _finding_step(module, number, built)))
-    files: dict[str, bytes] = {}
-    for step in _with_progress(steps, progress):
-        files.update(step())
+    for found, _seconds in done[1:]:
+        finding, own = found
+        built[finding.name] = finding
+        files.update(own)
     files["README.md"] = index(
         modules,
         {name: files[name] for name in ("experiment.csv", "cases.csv", "summary.csv")},
         answers(built),
     )
     return dict(sorted(files.items()))
+
+
+def finding_part(module_name: str, number: int) -> tuple[Finding, dict[str, bytes]]:
+    """Build one finding and render its files (a part of :func:`render`, run in a worker).
+
+    The finding comes back without its pictures (they are drawing functions, rendered
+    here already), so that it can cross processes.
+    """
+    module = importlib.import_module(module_name)
+    finding = registry.build(module)
+    files = _files_of(module, number, finding)
+    evidence = replace(finding.evidence, pictures=())
+    return replace(finding, evidence=evidence), files
 
 
 def write_reports(output: Path, progress: bool = False, *, force: bool = False) -> list[Path]:
@@ -399,19 +423,6 @@ def _manifest_names(output: Path) -> list[str] | None:
     return names if names and plain else None
 
 
-def _finding_step(
-    module: ModuleType, number: int, built: dict[str, Finding]
-) -> Callable[[], dict[str, bytes]]:
-    """Build the finding, keep it in ``built`` (for the answers) and return its files."""
-
-    def step() -> dict[str, bytes]:
-        finding = registry.build(module)
-        built[finding.name] = finding
-        return _files_of(module, number, finding)
-
-    return step
-
-
 def _previously_generated(output: Path) -> set[str]:
     """Files in ``output`` that its MANIFEST lists, if this module wrote that MANIFEST."""
     if not is_generated(output):
@@ -521,34 +532,3 @@ def _frame_csv(frame: pd.DataFrame) -> str:
 
 def _is_list(value: object) -> bool:
     return isinstance(value, list)
-
-
-def _progress_wrapper(description: str) -> Callable[[list[Case]], Iterable[Case]]:
-    """A bar over the cases on a terminal; nothing otherwise (the parts' lines suffice)."""
-
-    def wrap(cases: list[Case]) -> Iterable[Case]:
-        if not sys.stderr.isatty():
-            return cases
-        return tqdm(cases, desc=description, unit="case", leave=False)
-
-    return wrap
-
-
-def _with_progress(
-    steps: list[tuple[str, Callable[[], dict[str, bytes]]]], progress: bool
-) -> Iterator[Callable[[], dict[str, bytes]]]:
-    """The steps, reporting each on stderr as it starts when ``progress`` is set.
-
-    On a terminal a bar; otherwise (CI logs, files) one line per step, flushed at once:
-    ``dsampler report: 3/17 padding``.
-    """
-    if progress and sys.stderr.isatty():
-        bar = tqdm(steps, desc="reports", unit="part")
-        for label, step in bar:
-            bar.set_postfix_str(label)
-            yield step
-        return
-    for number, (label, step) in enumerate(steps, start=1):
-        if progress:
-            print(f"dsampler report: {number}/{len(steps)} {label}", file=sys.stderr, flush=True)
-        yield step

@@ -16,13 +16,6 @@ import studies.distributed.versus_simulation
 from samplers.plan import EpochPlan, ShardSizes
 from studies import findings
 from studies.cases import EXPERIMENT, Case
-from studies.distributed.versus_simulation import (
-    MATCH_COLUMNS,
-    MISMATCH_COLUMNS,
-    Comparison,
-    compare,
-    verification_runs,
-)
 from studies.distributed.case_runs import Run
 from studies.distributed.collectives import (
     COLLECTIVES,
@@ -31,6 +24,13 @@ from studies.distributed.collectives import (
     WORLD_SIZES,
     evaluation_case,
     measure,
+)
+from studies.distributed.versus_simulation import (
+    MATCH_COLUMNS,
+    MISMATCH_COLUMNS,
+    Comparison,
+    compare,
+    verification_runs,
 )
 from studies.evaluation import exact_accuracy, is_correct
 from studies.findings import collective_evaluation, real_processes

@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -67,6 +68,7 @@ __all__ = [
     "Picture",
     "Table",
     "build",
+    "facts_of",
     "is_slow",
     "modules",
 ]
@@ -207,6 +209,21 @@ class Finding:
     @property
     def pictures(self) -> tuple[Picture, ...]:
         return self.evidence.pictures
+
+
+def facts_of(findings: Mapping[str, Finding], module: ModuleType) -> Any:
+    """The facts the finding of ``module`` exported (an instance of ``module.Facts``).
+
+    Raises ``KeyError`` naming the finding when it was not built, and ``TypeError`` when
+    its facts are not the module's ``Facts``.
+    """
+    name = module.NAME
+    if name not in findings:
+        raise KeyError(f"the finding {name!r} is needed but was not built")
+    found = findings[name].facts
+    if not isinstance(found, module.Facts):
+        raise TypeError(f"{name}'s facts must be a {module.__name__}.Facts, got {found!r}")
+    return found
 
 
 def modules() -> list[ModuleType]:
