@@ -22,7 +22,7 @@ from studies.findings import Evidence, Picture, Table
 
 NAME = "speed"
 TITLE = "Speed and memory: the stock sampler, ours, bare torch.randperm and feistel"
-GUARDED_BY = "tests/test_bench.py::test_ratios_divide_medians_of_one_run"
+GUARDED_BY = "tests/test_bench.py::test_the_speed_claim_quotes_the_recorded_run"
 
 #: The world size the prose quotes.
 QUOTED_WORLD_SIZE = 8
