@@ -275,7 +275,29 @@ def test_cli_says_which_extra_when_hypothesis_is_missing(
 ) -> None:
     monkeypatch.setitem(sys.modules, "hypothesis", None)
     assert main(["check", "kit_samplers:ours_uneven"]) == 2
-    assert "install the test extra" in capsys.readouterr().err
+    assert "install the study extra" in capsys.readouterr().err
+
+
+def test_cli_names_the_accepted_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "kit_samplers:needs_world_size"]) == 2
+    err = capsys.readouterr().err
+    assert "kit_samplers:needs_world_size requires 'world_size', which the kit does not" in err
+    assert "a factory takes, by name, any of: dataset, num_replicas, rank, seed, batch_size" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.timeout(120)
+def test_cli_bounds_each_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    import kit_samplers as module
+
+    original = module.hanging
+    assert main(["check", "kit_samplers:hanging", "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "kit_samplers:hanging: a configuration took longer than --timeout 2 s" in err
+    assert "(the last sampler built: dataset_size=" in err
+    assert module.hanging is original  # the factory is put back
+    assert main(["check", "kit_samplers:ours_uneven", "--timeout", "0"]) == 2
+    assert "--timeout must be a number of seconds in (0, 3600], got 0.0" in capsys.readouterr().err
 
 
 def test_importing_samplers_imports_neither_the_kit_nor_its_libraries() -> None:
