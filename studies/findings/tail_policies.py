@@ -190,13 +190,15 @@ def use_when(row: dict[str, Any], name: str) -> str:
 
 def grid_sentence() -> str:
     """Where the table's numbers come from, in one paragraph."""
+    configurations = len(DATASET_SIZES) * len(WORLD_SIZES) * len(BATCH_SIZES)
     return (
         "Measured over dataset sizes "
         f"{', '.join(map(str, DATASET_SIZES))}, world sizes "
         f"{', '.join(map(str, WORLD_SIZES))} and batch sizes "
-        f"{', '.join(map(str, BATCH_SIZES))}, shuffle off, each rank read through a "
-        "DataLoader (the samplers with `batch_size`, the batch samplers as "
-        "`batch_sampler`). N: dataset size, W: world size, B: batch size."
+        f"{', '.join(map(str, BATCH_SIZES))} ({configurations} configurations; the counts "
+        "are configurations), shuffle off, each rank read through a DataLoader (the "
+        "samplers with `batch_size`, the batch samplers as `batch_sampler`). N: dataset "
+        "size, W: world size, B: batch size."
     )
 
 
