@@ -147,8 +147,7 @@ def _check_parameters(factory: Callable[..., Any], name: str) -> None:
     ]
     if required:
         raise TypeError(
-            f"{name} requires {', '.join(repr(p) for p in required)}, which the kit does not "
-            "pass"
+            f"{name} requires {', '.join(repr(p) for p in required)}, which the kit does not pass"
         )
 
 
@@ -242,9 +241,7 @@ def render_table(reference: str, results: list[dict[str, Any]]) -> str:
             counterexample_text(result["counterexample"]),
             result["experience"]
             or (
-                result["detail"]
-                if result["holds"] is None or "skipped" in result["detail"]
-                else ""
+                result["detail"] if result["holds"] is None or "skipped" in result["detail"] else ""
             ),
         ]
         for result in results
