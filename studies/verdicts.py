@@ -347,7 +347,7 @@ def _batch_of_one(case: Case, row: Summary) -> Verdict | None:
     if full is not None and not _has_batch_of_one(full) and not _empties(full):
         fixes.append(
             'use ours DistributedBatchSampler with tail="pad", whose batches are all full '
-            "(--implementation samplers --sampler batch)"
+            "(--implementation samplers --sampler batch --tail pad)"
         )
     if not fixes:
         ranks = [
@@ -437,7 +437,7 @@ def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
             fixes.append(
                 'use ours DistributedBatchSampler with tail="uneven", which gives every rank '
                 "the same number of batches here and still every sample once "
-                "(--sampler batch)"
+                "(--sampler batch --tail uneven)"
             )
     fixes.append(
         "give every rank the same number of batches (a sampler that pads each share to the "

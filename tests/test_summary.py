@@ -454,7 +454,7 @@ def test_no_fix_that_empties_the_loader() -> None:
     assert "drop_last=True" not in batch_of_one.fix
     assert batch_of_one.fix == (
         'Use ours DistributedBatchSampler with tail="pad", whose batches are all full '
-        "(--implementation samplers --sampler batch)."
+        "(--implementation samplers --sampler batch --tail pad)."
     )
 
 

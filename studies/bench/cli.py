@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from studies.options import size
+
 if TYPE_CHECKING:
     from studies.bench.grid import Grid
 
@@ -65,7 +67,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     bench.set_defaults(bench_parser=bench)
     bench.add_argument(
         "--sizes",
-        type=_size,
+        type=size,
         nargs="+",
         default=list(DEFAULT_SIZES),
         metavar="N",
@@ -312,23 +314,6 @@ def header(grid: Grid, facts: dict[str, str]) -> str:
         "torch.randperm's (/ floor).\n"
         f"DataLoader: batch size {grid.batch_size}, at world size {grid.loader_world_size}."
     )
-
-
-def _size(text: str) -> int:
-    """A dataset size written as ``1000000``, ``10**6`` or ``1e6`` (integers only)."""
-    base, power, exponent = text.partition("**")
-    if not power:
-        base, power, exponent = text.lower().partition("e")
-    try:
-        if not power:
-            return int(text)
-        if not 0 <= int(exponent) <= 64:  # a size, not a number to spend minutes on
-            raise ValueError(exponent)
-        return int(base) * 10 ** int(exponent) if power == "e" else int(base) ** int(exponent)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: give an integer such as 1000000, 10**6 or 1e6"
-        ) from None
 
 
 def _at_least(option: str, values: list[int], low: int) -> None:
