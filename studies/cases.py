@@ -24,7 +24,7 @@ SAMPLER_KINDS: tuple[SamplerKind, ...] = ("index", "batch")
 #: The columns that identify a case in every table (``epochs`` is how long it runs).
 CASE_COLUMNS = (
     "implementation",
-    "sampler",
+    "sampler_kind",
     "tail",
     "dataset_size",
     "world_size",
@@ -142,10 +142,10 @@ class Case:
         return self.layout_tail != "uneven" and self.sampler_kind != "batch"
 
     def key(self) -> dict[str, object]:
-        """The case's identifying columns, in table order (``tail`` and ``sampler`` as the
-        sampler applies them: :attr:`layout_tail`, :attr:`sampler_kind`)."""
+        """The case's identifying columns, in table order (``tail`` and ``sampler_kind`` as
+        the sampler applies them: :attr:`layout_tail`, :attr:`sampler_kind`)."""
         values = asdict(self)
-        values.update(tail=self.layout_tail, sampler=self.sampler_kind)
+        values.update(tail=self.layout_tail, sampler_kind=self.sampler_kind)
         return {name: values[name] for name in CASE_COLUMNS}
 
     def using(self, implementation: Implementation) -> Case:

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,7 @@ def run_parts(
         pending = set(futures)
         try:
             while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
                     result = future.result()  # raises the part's exception
                     reporter.done(parts[futures[future]].label, result[1])

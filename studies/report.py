@@ -433,6 +433,7 @@ def _previously_generated(output: Path) -> set[str]:
 #: Headers written in words instead of the code names the tidy tables use.
 HEADERS: dict[str, str] = {
     "implementation": "sampler",
+    "sampler_kind": "sampler kind",
     "dataset_size": "dataset size",
     "world_size": "world size",
     "batch_size": "batch size",
@@ -461,13 +462,21 @@ VALUE_WORDS: dict[str, dict[str, str]] = {
 
 
 def _readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame with headers and code-named cells in words, as the prose names them."""
+    """The frame with headers and code-named cells in words, as the prose names them.
+
+    Raises ``ValueError`` when two headers would read the same.
+    """
     for column, words in VALUE_WORDS.items():
         if column in frame.columns:
             frame = frame.assign(
                 **{column: frame[column].map(lambda value, w=words: w.get(value, value))}
             )
-    return frame.rename(columns=HEADERS)
+    renamed = frame.rename(columns=HEADERS)
+    if renamed.columns.duplicated().any():
+        raise ValueError(
+            f"columns {list(frame.columns)} read alike in words: {list(renamed.columns)}"
+        )
+    return renamed
 
 
 def _constant_columns(frame: pd.DataFrame) -> list[str]:
