@@ -572,10 +572,17 @@ def _agreement_text(agreement: dict[str, Any]) -> str:
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from studies.extras import MissingExtra
+    from studies.interrupts import exit_status, terminated_as_interrupt
     from studies.report import OutputError, write_reports
 
     try:
-        paths = write_reports(output=args.output, progress=not args.no_progress, force=args.force)
+        with terminated_as_interrupt():
+            paths = write_reports(
+                output=args.output, progress=not args.no_progress, force=args.force
+            )
+    except KeyboardInterrupt as interrupt:
+        print("dsampler report: interrupted; nothing was written", file=sys.stderr)
+        return exit_status(interrupt)
     except OutputError as error:
         print(f"dsampler report: error: --output {error}", file=sys.stderr)
         return 2

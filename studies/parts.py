@@ -5,6 +5,9 @@ given, whatever order they finish in, so what the report writes does not depend 
 the number of workers; each part runs in a fresh ``spawn`` process (nothing inherited
 but its arguments) when more than one worker is asked for, else in this process. A part
 that raises stops the run: the exception is raised here, the other parts are cancelled.
+A spawned worker would start its own processes (DataLoader workers, ranks) with spawn
+too, re-importing everything each time; each worker is reset to this process's start
+method, so a part starts its processes as it would here.
 
 Progress goes to stderr as each part finishes: a bar on a terminal, otherwise one line
 per part with the seconds it took (``dsampler report: 3/24 padding, 1.2 s``).
@@ -42,6 +45,11 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+def _start_with(method: str) -> None:
+    """Worker initializer: the worker's own processes start as the parent's would."""
+    multiprocessing.set_start_method(method, force=True)
+
+
 def _timed(function: Callable[..., Any], arguments: tuple[Any, ...]) -> tuple[Any, float]:
     start = time.perf_counter()
     result = function(*arguments)
@@ -62,7 +70,10 @@ def run_parts(
         reporter.close()
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    method = multiprocessing.get_start_method()
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_start_with, initargs=(method,)
+    ) as pool:
         futures: dict[Future[tuple[Any, float]], int] = {
             pool.submit(_timed, part.function, part.arguments): position
             for position, part in enumerate(parts)
@@ -77,10 +88,23 @@ def run_parts(
         except BaseException:
             for future in pending:
                 future.cancel()
+            _stop_workers(pool)
             raise
         finally:
             reporter.close()
         return [future.result() for future in sorted(futures, key=futures.__getitem__)]
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes (and so the parts they run): on an error or an
+    interruption the run is over, and waiting for the parts still running could take
+    minutes. Their own children (ranks, DataLoader workers) are bounded by their own
+    time limits or see their parent die."""
+    processes = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Reporter:

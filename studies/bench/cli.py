@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from studies.interrupts import exit_status, terminated_as_interrupt
 from studies.options import size
 
 if TYPE_CHECKING:
@@ -231,12 +229,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         args.bench_parser.error(str(error))
     try:
-        with _terminated_as_interrupt():
+        with terminated_as_interrupt():
             return _measure_and_write(args, options)
     except KeyboardInterrupt as interrupt:
-        code = 143 if getattr(interrupt, "signal", None) == signal.SIGTERM else 130
         print("dsampler bench: interrupted; the measuring processes were stopped", file=sys.stderr)
-        return code
+        return exit_status(interrupt)
 
 
 def _measure_and_write(args: argparse.Namespace, options: dict[str, Any]) -> int:
@@ -281,26 +278,6 @@ def _measure_and_write(args: argparse.Namespace, options: dict[str, Any]) -> int
                 return 1
             print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is, so that the same cleanup runs."""
-
-    signal = signal.SIGTERM
-
-
-@contextmanager
-def _terminated_as_interrupt() -> Iterator[None]:
-    """While measuring, SIGTERM raises :class:`_Terminated` (a ``KeyboardInterrupt``)."""
-
-    def handler(number: int, frame: Any) -> None:
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def header(grid: Grid, facts: dict[str, str]) -> str:
