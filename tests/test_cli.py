@@ -84,6 +84,32 @@ def test_options_reach_the_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert [row["indices"] for row in rows][:2] == [[0, 1, 2, 3], [4]]
 
 
+def test_our_layouts_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tail and --sampler run ours; every sample once with uneven; the fixes name them."""
+    shape = ("--dataset-size", "1e1", "--world-size", "4", "--batch-size", "2", "--epochs", "1")
+    _, out, _ = run(capsys, "explain", *shape, "--tail", "uneven", "--format", "json")
+    answer = json.loads(out)
+    case = Case(10, 4, 2, epochs=1, implementation="samplers", tail="uneven")
+    assert answer["rows"] == expected_rows(case)
+    assert {row["tail"] for row in answer["rows"]} == {"uneven"}
+    assert answer["summary"]["duplicated_samples"] == answer["summary"]["dropped_samples"] == 0
+    uneven = next(v for v in answer["verdicts"] if v["name"] == "uneven-batch-counts")
+    assert "--sampler batch --tail uneven" in uneven["fix"]
+
+    _, out, _ = run(
+        capsys, "explain", *shape, "--sampler", "batch", "--tail", "uneven", "--format", "json"
+    )
+    answer = json.loads(out)
+    batched = Case(10, 4, 2, epochs=1, implementation="samplers", tail="uneven", sampler="batch")
+    assert answer["rows"] == expected_rows(batched)
+    assert {row["sampler_kind"] for row in answer["rows"]} == {"batch"}
+    assert not answer["summary"]["uneven_batches"]
+
+    _, out, _ = run(capsys, *BASE, "--format", "json")  # the stock sampler pads
+    padded = next(v for v in json.loads(out)["verdicts"] if v["name"] == "padded-duplicates")
+    assert 'use ours with tail="uneven" (--implementation samplers --tail uneven)' in padded["fix"]
+
+
 def test_table_lists_batches_summary_and_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, *BASE)
     assert code == 0
