@@ -32,6 +32,9 @@ How to add a finding
        ``True`` when ``build()`` takes more than a few seconds (large sizes, real
        processes). The fast staleness test then checks only the section's generated
        header, not its body; ``write_reports`` always builds it.
+   ``SECONDS: int`` (optional, default 1)
+       Roughly how long ``build()`` takes: the report starts the longest parts first, so
+       that the side-by-side build is not left waiting on one that started last.
 
    A table for a reader shows what varies: the report states columns that hold one
    value in every row in a single line, writes code-named headers in words, and writes
@@ -68,6 +71,7 @@ __all__ = [
     "Picture",
     "Table",
     "build",
+    "expected_seconds",
     "facts_of",
     "is_slow",
     "modules",
@@ -238,6 +242,11 @@ def modules() -> list[ModuleType]:
 def is_slow(module: ModuleType) -> bool:
     """Whether the module declares ``SLOW = True``."""
     return bool(getattr(module, "SLOW", False))
+
+
+def expected_seconds(module: ModuleType) -> int:
+    """The module's ``SECONDS`` hint (1 when it declares none)."""
+    return int(getattr(module, "SECONDS", 1))
 
 
 def build(module: ModuleType) -> Finding:

@@ -11,6 +11,8 @@ from studies.findings.wording import count_of, joined
 NAME = "collective-evaluation"
 TITLE = "Evaluation through real collectives: counting patterns against gathering"
 GUARDED_BY = "tests/test_real_processes.py::test_collective_evaluation_matches_formulas"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 10
 SLOW = True
 
 #: Differences up to this are floating-point rounding (averaging W doubles), not bias.

@@ -21,6 +21,8 @@ from studies.simulate import IndexDataset, make_sampler
 NAME = "cost"
 TITLE = "Memory per epoch: the stock sampler against ours"
 GUARDED_BY = "tests/test_findings.py::test_stock_heap_grows_with_n_and_ours_is_bounded"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 20
 SLOW = True
 
 #: Small sizes locate where ours stops using less; large ones show the growth.

@@ -20,6 +20,8 @@ from studies.simulate import IndexDataset
 NAME = "equal-batch-counts"
 TITLE = "Ranks' batch counts: padded or trimmed shares against uneven splits"
 GUARDED_BY = "tests/test_findings.py::test_distributed_samplers_give_every_rank_equal_batches"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 15
 
 DATASET_SIZES = tuple(range(1, 34))
 WORLD_SIZES: tuple[int, ...] = (2, 3, 4, 8)

@@ -12,6 +12,8 @@ from studies.findings.wording import count_of
 NAME = "exact-evaluation"
 TITLE = 'Exact distributed evaluation: tail="uneven" and gather_unsharded, in real processes'
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_uneven_gathering_is_exact_in_real_processes"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 10
 SLOW = True
 
 #: The table's columns, in words.

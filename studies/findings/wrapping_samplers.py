@@ -20,6 +20,8 @@ from studies.simulate import IndexDataset
 NAME = "wrapping-samplers"
 TITLE = "Sharding any sampler: one seeded stream, or a different stream on every rank"
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_wrapped_streams_overlap_unless_seeded"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 20
 
 #: Samples each wrapped sampler draws per epoch (its support holds this many samples).
 STREAM_SIZE = 1000

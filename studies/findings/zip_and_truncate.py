@@ -22,6 +22,8 @@ from studies.findings.wording import count_of, joined
 NAME = "zip-and-truncate"
 TITLE = "Zipping the ranks' parts and truncating: which collection suits which layout"
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_zip_and_truncate_loses_samples"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 40
 SLOW = True
 
 STOCK = "stock, padding"
