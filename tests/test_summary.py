@@ -205,18 +205,25 @@ def test_rejects_a_table_without_the_tidy_columns() -> None:
         summarize([Case(5, 2, 4)], frame([]).drop(columns="indices"))
 
 
+def _common(draw: st.DrawFn) -> dict[str, Any]:
+    """The settings every sampler case draws alike."""
+    return {
+        "dataset_size": draw(st.integers(0, 30)),
+        "world_size": draw(st.integers(1, 5)),
+        "batch_size": draw(st.integers(1, 6)),
+        "shuffle": draw(st.booleans()),
+        "seed": draw(st.integers(0, 100)),
+        "set_epoch": draw(st.booleans()),
+        "epochs": draw(st.integers(1, 2)),
+    }
+
+
 @st.composite
 def sampler_cases(draw: st.DrawFn) -> Case:
     return Case(
-        dataset_size=draw(st.integers(0, 30)),
-        world_size=draw(st.integers(1, 5)),
-        batch_size=draw(st.integers(1, 6)),
-        shuffle=draw(st.booleans()),
-        seed=draw(st.integers(0, 100)),
+        **_common(draw),
         drop_last=draw(st.booleans()),
         loader_drop_last=draw(st.booleans()),
-        set_epoch=draw(st.booleans()),
-        epochs=draw(st.integers(1, 2)),
         implementation=draw(st.sampled_from(["torch", "samplers"])),
     )
 
@@ -227,15 +234,9 @@ def our_layout_cases(draw: st.DrawFn) -> Case:
     batch = draw(st.booleans())
     tail = draw(st.sampled_from(["pad", "drop", "uneven"] if batch else ["uneven"]))
     return Case(
-        dataset_size=draw(st.integers(0, 30)),
-        world_size=draw(st.integers(1, 5)),
-        batch_size=draw(st.integers(1, 6)),
-        shuffle=draw(st.booleans()),
-        seed=draw(st.integers(0, 100)),
+        **_common(draw),
         drop_last=tail == "drop",
         loader_drop_last=not batch and draw(st.booleans()),
-        set_epoch=draw(st.booleans()),
-        epochs=draw(st.integers(1, 2)),
         implementation="samplers",
         tail=tail,
         sampler="batch" if batch else "index",
