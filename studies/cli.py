@@ -41,7 +41,7 @@ from tabulate import tabulate
 
 from studies import check_cli
 from studies.bench import cli as bench
-from studies.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case
+from studies.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
 from studies.options import size
 from studies.simulate import case_rows, frame
 from studies.summary import SUMMARY_COLUMNS, summarize
@@ -359,7 +359,7 @@ def _case(parser: argparse.ArgumentParser, args: argparse.Namespace, world_size:
     ``--tail drop`` is the sampler's drop_last.
     """
     ours = args.tail is not None or args.sampler is not None
-    implementation = args.implementation or ("samplers" if ours else "torch")
+    implementation: Implementation = args.implementation or ("samplers" if ours else "torch")
     if args.tail in ("pad", "uneven") and args.drop_last:
         parser.error(f"--drop-last contradicts --tail {args.tail}: drop one of them")
     try:

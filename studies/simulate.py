@@ -64,30 +64,39 @@ def make_sampler(
     """
     if case.implementation == "none":
         return None
-    placement = {
-        "num_replicas": None if from_process_group else case.world_size,
-        "rank": None if from_process_group else rank,
-    }
+    replicas = None if from_process_group else case.world_size
+    placed = None if from_process_group else rank
     sampler: Any
     with warnings.catch_warnings():
         # Ours warns when drop_last empties every rank; the study records that instead.
         warnings.simplefilter("ignore", UserWarning)
         if case.implementation == "torch":
             sampler = StockDistributedSampler(
-                dataset, **placement, shuffle=case.shuffle, seed=case.seed, drop_last=case.drop_last
+                dataset,
+                replicas,
+                placed,
+                shuffle=case.shuffle,
+                seed=case.seed,
+                drop_last=case.drop_last,
             )
         elif case.sampler_kind == "batch":
             sampler = DistributedBatchSampler(
                 dataset,
                 case.batch_size,
-                **placement,
+                replicas,
+                placed,
                 shuffle=case.shuffle,
                 seed=case.seed,
                 tail=case.layout_tail,  # type: ignore[arg-type]
             )
         else:
             sampler = DistributedSampler(
-                dataset, **placement, shuffle=case.shuffle, seed=case.seed, tail=case.layout_tail
+                dataset,
+                replicas,
+                placed,
+                shuffle=case.shuffle,
+                seed=case.seed,
+                tail=case.layout_tail,  # type: ignore[arg-type]
             )
     if from_process_group and (sampler.num_replicas, sampler.rank) != (case.world_size, rank):
         raise ValueError(

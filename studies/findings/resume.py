@@ -168,7 +168,7 @@ def _held(table: pd.DataFrame) -> dict[str, int]:
     """In how many configurations each tail's guarantee held."""
     new = table["new world size"]
     repeated, never = table["samples repeated"], table["samples never seen"]
-    held = {}
+    held: dict[str, int] = {}
     for tail, label in OURS.items():
         rows = table["how the job resumes"] == label
         if tail == "uneven":
