@@ -716,6 +716,27 @@ def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
     assert ours_rank.peak_to_first < stock_rank.peak_to_first / 5
 
 
+@pytest.mark.timeout(300)
+def test_the_cost_claim_holds_for_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim's conditions against the finding's own table (fewer, smaller sizes)."""
+    sizes = (10, 1_000, 10**6, 2 * 10**6)  # past the chunk on rank 7 of 8
+    measure = cost.measure_in_fresh_process
+    monkeypatch.setattr(cost, "DATASET_SIZES", sizes)
+    monkeypatch.setattr(cost, "measure_in_fresh_process", lambda: measure(sizes))
+    finding = build(cost)
+    table = finding.tables[0].frame
+    peak = table.pivot(
+        index="dataset size", columns="implementation", values="heap peak to first index"
+    )
+    previous, largest = sizes[-2], sizes[-1]
+    stock = peak.loc[largest, "torch"] / peak.loc[previous, "torch"]
+    ours = peak.loc[largest, "samplers"] / peak.loc[previous, "samplers"]
+    assert stock > 0.8 * largest / previous  # grows in proportion to the dataset
+    assert ours < 1.05  # stops growing
+    assert f"its Python-heap peak grew {stock:.2f} times" in finding.claim
+    assert f"its peak grew {ours:.4f} times" in finding.claim
+
+
 def test_crossover_names_the_first_size_from_which_ours_uses_less() -> None:
     sizes = [10, 100, 300, 1000]
     stock = pd.Series([5, 50, 150, 500], index=sizes)

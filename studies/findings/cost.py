@@ -26,7 +26,7 @@ SECONDS = 20
 SLOW = True
 
 #: Small sizes locate where ours stops using less; large ones show the growth.
-DATASET_SIZES: tuple[int, ...] = (10, 100, 300, 1_000, 10**4, 10**5, 3 * 10**5, 10**6)
+DATASET_SIZES: tuple[int, ...] = (10, 100, 300, 1_000, 10**4, 10**5, 3 * 10**5, 10**6, 3 * 10**6)
 WORLD_SIZE = 8
 #: The rank measured (the last one, which receives the padding when there is any).
 RANK = WORLD_SIZE - 1
