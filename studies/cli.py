@@ -16,12 +16,14 @@ backend and any number of nodes (``studies.distributed.torchrun``); rank 0 print
 the simulation. No other rank writes to stdout.
 
 ``dsampler report`` writes the study's reports into ``--output``: a new or empty
-directory, or one it generated before (``studies.report.check_output``); anything else
-only with ``--force``.
+directory, or one it generated before; anything else only with ``--force``
+(``studies.report.write_reports`` checks this, and the extras it needs, before it
+starts).
 
 Exit status: 0 on success; 2 for bad options (including an ``--output`` that cannot or
 may not be written, and ``observe`` outside torchrun) and for ``dsampler`` without a
-command (it prints the help); 1 when a case cannot be run (a rank failed).
+command (it prints the help); 1 when a case cannot be run (a rank failed) or when the
+report lacks an extra; 130 or 143 when ``report`` is interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
