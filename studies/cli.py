@@ -583,13 +583,13 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 output=args.output, progress=not args.no_progress, force=args.force
             )
     except KeyboardInterrupt as interrupt:
-        print("dsampler report: interrupted; nothing was written", file=sys.stderr)
+        print("dsampler report: interrupted; no file is left half written", file=sys.stderr)
         return exit_status(interrupt)
     except OutputError as error:
         print(f"dsampler report: error: --output {error}", file=sys.stderr)
         return 2
     except MissingExtra as error:
-        print(f"dsampler report: error: the report needs {error}", file=sys.stderr)
+        print(f"dsampler report: error: the report needs its extras: {error}", file=sys.stderr)
         return 1
     for path in paths:
         print(path)

@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         require("study")
     except MissingExtra as error:
-        print(f"dsampler: error: the study needs {error}", file=sys.stderr)
+        print(f"dsampler: error: {error}", file=sys.stderr)
         return 1
     from studies.cli import main as cli_main
 

@@ -344,7 +344,7 @@ def test_report_names_the_extra_it_needs(
     monkeypatch.setitem(extras.EXTRAS, "peers", (*extras.EXTRAS["peers"], "no_such_peer_lib"))
     code, out, err = run(capsys, "report", "--output", str(tmp_path / "reports"))
     assert (code, out) == (1, "")
-    assert "dsampler report: error: the report needs no_such_peer_lib is not installed" in err
+    assert "dsampler report: error: the report needs its extras: no_such_peer_lib is not" in err
     assert "install the peers extra" in err and "-e '.[peers]'" in err
     assert not (tmp_path / "reports").exists()
 
@@ -380,8 +380,8 @@ def test_a_failed_report_writes_nothing_and_a_rerun_is_accepted(
     generated["cases.csv"] = b"a\n2\n"
     generated["README.md"] += b"changed\n"
     monkeypatch.setattr(studies.report.os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run(capsys, "report", "--output", str(output), "--no-progress")
+    code, _, err = run(capsys, "report", "--output", str(output), "--no-progress")
+    assert code == 130 and "dsampler report: interrupted" in err  # Ctrl-C
     monkeypatch.setattr(studies.report.os, "replace", real_replace)
     assert not [p for p in output.iterdir() if p.name.endswith(".partial")]
     assert studies.report.is_generated(output)  # the old MANIFEST is still there
@@ -558,3 +558,16 @@ def test_csv_and_json_carry_the_same_rows(
     if records:
         assert from_csv.to_dict("records") == records
     assert records == table.to_dict("records")
+
+
+def test_the_console_names_the_study_extra_when_a_module_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import studies.extras as extras
+    from studies.console import main as console_main
+
+    monkeypatch.setitem(extras.EXTRAS, "study", (*extras.EXTRAS["study"], "no_such_study_lib"))
+    assert console_main(["--help"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dsampler: error: no_such_study_lib is not installed: install the")
+    assert "install the study extra" in err and err.count("\n") == 1
