@@ -1,8 +1,9 @@
 """The reports' opening table: for a job, what to use and which finding says why.
 
-Guarantee: every number in :func:`answers` is read from the built findings' tables (the
-same ones the reports show), and every recommendation names only options that exist in
-torch or in this project today; where an API is missing, the row says so.
+Guarantee: every number in :func:`answers` is one of the facts the findings export
+(:func:`studies.findings.facts_of`), computed from the same tables the reports show, and
+every recommendation names only options that exist in torch or in this project today.
+The answers read no table and no column header themselves.
 """
 
 from __future__ import annotations
@@ -11,124 +12,106 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from studies.findings import Finding, resume, tail_policies, wrapped_samplers, zip_collection
-from studies.findings.distributed_evaluation import ERROR_COLUMNS
+from studies.findings import (
+    Finding,
+    batch_of_one,
+    distributed_evaluation,
+    drop_last,
+    equal_batches,
+    facts_of,
+    manual_seed,
+    resume,
+    seed_per_rank,
+    set_epoch,
+    set_epoch_timing,
+    strided_prefix,
+    tail_policies,
+    tiny_datasets,
+    wrapping_samplers,
+)
+from studies.findings.wording import count_of, joined
 
 __all__ = ["COLUMNS", "NEEDED", "answers"]
 
 #: The table's columns.
 COLUMNS = ("if you are doing", "use", "because")
 
-#: The findings (by NAME) whose tables the answers read; all of them are fast to build.
-NEEDED = (
-    "distributed-evaluation",
-    "set-epoch",
-    "set-epoch-timing",
-    "manual-seed",
-    "seed-per-rank",
-    "tiny-datasets",
-    "drop-last",
-    "equal-batch-counts",
-    "batch-of-one",
-    "strided-prefix",
-    "resume",
-    "tail-policies",
-    "zip-and-truncate",
-    "wrapping-samplers",
+#: The finding modules whose facts the answers read; all of them are fast to build.
+SOURCES = (
+    distributed_evaluation,
+    set_epoch,
+    set_epoch_timing,
+    manual_seed,
+    seed_per_rank,
+    tiny_datasets,
+    drop_last,
+    equal_batches,
+    batch_of_one,
+    strided_prefix,
+    resume,
+    tail_policies,
+    wrapping_samplers,
 )
+#: Their names, as the report builds them.
+NEEDED = tuple(module.NAME for module in SOURCES)
+#: Findings linked without numbers (slow ones may be among them).
+LINKED = ("exact-evaluation", "zip-and-truncate")
 
 
-def _table(findings: Mapping[str, Finding], name: str, number: int = 0) -> pd.DataFrame:
-    if name not in findings:
-        raise KeyError(f"the answers need the finding {name!r}, which was not built")
-    return findings[name].tables[number].frame
-
-
-def _link(findings: Mapping[str, Finding], name: str) -> str:
+def _link(name: str) -> str:
+    """A Markdown link to the finding's file."""
     return f"[{name}]({name}.md)"
 
 
 def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
     """One row per job: what to use, and the measured reason, linking its findings."""
-    link = {name: _link(findings, name) for name in NEEDED}
+    link = {name: _link(name) for name in (*NEEDED, *LINKED)}
+    evaluation = facts_of(findings, distributed_evaluation)
+    repeats = facts_of(findings, set_epoch)
+    seeds = facts_of(findings, manual_seed)
+    coverage = facts_of(findings, seed_per_rank)
+    timing = facts_of(findings, set_epoch_timing)
+    tiny = facts_of(findings, tiny_datasets)
+    dropping = facts_of(findings, drop_last)
+    counts = facts_of(findings, equal_batches)
+    norms = facts_of(findings, batch_of_one)
+    prefix = facts_of(findings, strided_prefix)
+    resumed = facts_of(findings, resume)
+    tails = facts_of(findings, tail_policies)
+    wrapped = facts_of(findings, wrapping_samplers)
 
-    evaluation = _table(findings, "distributed-evaluation")
-    pooled = float(evaluation[ERROR_COLUMNS["pooled_counts"]].abs().max())
-    gathered = float(evaluation[ERROR_COLUMNS["gathered"]].abs().max())
-
-    repeats = _table(findings, "set-epoch")
-    without = repeats[~repeats["set_epoch"]]
-    repeated = int(without["later epochs equal to epoch 0"].sum())
-    later = int((without["epochs"] - 1).sum())
-    seeds = _table(findings, "manual-seed")
-    ignored = int(seeds["stock, no seed argument"].nunique())
-    coverage = _table(findings, "seed-per-rank")
-    unseen = float(coverage["never seen (fraction)"].max())
-    timing = _table(findings, "set-epoch-timing")
-    kept = int((timing["that is epoch"] == 0).sum())
-
-    tiny = _table(findings, "tiny-datasets")
-    trimmed = tiny[tiny["sampler drop_last"]]
-    emptied = int((trimmed["distinct samples received"] == 0).sum())
-    copies = int(tiny["copies of the most repeated sample"].max())
-    dropping = _table(findings, "drop-last")
-    empty = dropping[dropping["empty epoch"]]
-    empty_example = (
-        f"{int(empty.iloc[0]['dataset size'])} samples on {int(empty.iloc[0]['world size'])} "
-        f"ranks with batch size {int(empty.iloc[0]['batch size'])} gave an empty epoch"
-        if not empty.empty
-        else "no configuration measured gave an empty epoch"
+    total = tails.configurations
+    batched_uneven = tail_policies.BATCHED_UNEVEN
+    full = [name for name, smallest in tails.smallest.items() if smallest == 1.0]
+    exceptions = (
+        "whose batch counts were unequal only with batch size 1 or fewer samples than ranks"
+        if tails.unequal_large[batched_uneven] == 0
+        else "whose batch counts were unequal in "
+        f"{tails.unequal_large[batched_uneven]} configurations with N ≥ W and B ≥ 2 too"
     )
-
-    counts = _table(findings, "equal-batch-counts")
-    by_sampler = counts["how each rank gets its part"].str.contains("DistributedSampler")
-    sampler_unequal = int(counts[by_sampler]["ranks' batch counts differ"].sum())
-    by_hand_unequal = int(counts[~by_sampler]["ranks' batch counts differ"].min())
-    total = int(counts["configurations"].iloc[0])
-
-    norms = _table(findings, "batch-of-one", 2)
-    failing = norms[norms["train mode"] != "ok"]
-    failing_inputs = ", ".join(
-        f"{row['layer']} {row['input shape']}" for _, row in failing.iterrows()
-    )
-
-    prefix = _table(findings, "strided-prefix")
-    prefixes = int(prefix["= first positions of the order"].sum())
-    resumed = _table(findings, "resume", 2)
-    moved = resumed[resumed["old world size"] != resumed["new world size"]]
-    approach = moved["how the job resumes"]
-    exact = moved[approach == resume.OURS["uneven"]]
-    exact_wrong = int((exact["samples repeated"] + exact["samples never seen"]).max())
-    skipping = moved[approach == resume.SKIP]
-    restarting = moved[approach == resume.RESTART]
-
-    tails = _table(findings, "tail-policies").set_index("sampler")
-    exact_rows = tails[(tails[tail_policies.ONCE] == "yes") & (tails[tail_policies.EQUAL] == "yes")]
-    exact_names = " and ".join(f"`{name}`" for name in exact_rows.index)
-    full_rows = tails[tails[tail_policies.SMALLEST].astype(float) == 1.0]
-    stock_smallest = float(tails.loc[tail_policies.STOCK_PAD, tail_policies.SMALLEST])
-    zipped = zip_collection.summary(_table(findings, "zip-and-truncate")).set_index("sampler")
-    uneven_zip = zipped.loc['ours, tail="uneven"']
-    unshard_wrong = int(zipped["unshard wrong"].sum())
-    wrapped = _table(findings, "wrapping-samplers")
-    by_pattern = wrapped.groupby("pattern")[wrapped_samplers.NEVER].max()
-    common_unseen = int(by_pattern[wrapped_samplers.COMMON])
-    ours_unseen = int(by_pattern[wrapped_samplers.OURS])
-
     rows = [
         (
             "evaluation",
-            'Ours: `DistributedBatchSampler(dataset, batch_size, shuffle=False, tail="uneven")` '
-            '(or `DistributedSampler(..., tail="uneven")` without per-batch collectives) and '
+            'Ours: `DistributedSampler(dataset, shuffle=False, tail="uneven")` and '
             "`gather_unsharded(per_sample_results, sampler)`: every sample exactly once, for "
-            "any metric. With the stock sampler: gather per-sample results, interleave them "
-            "by rank and truncate to the dataset size; do not sum counts or average rank means.",
-            f"{link['distributed-evaluation']}: summed counts were off by up to {pooled:.1e}; "
-            + ("gathering was exact" if gathered == 0 else f"gathering by {gathered:.1e}")
-            + f"; {link['tail-policies']}: every sample exactly once with equal batch counts "
-            f"only with {exact_names}; {link['zip-and-truncate']}: zipping unequal parts went "
-            f"wrong in {int(uneven_zip['zip and truncate wrong'])} of "
-            f"{int(uneven_zip['configurations'])} configurations, unshard in {unshard_wrong}.",
+            "any metric, gathered once at the end. With per-batch collectives, "
+            '`DistributedBatchSampler(dataset, batch_size, shuffle=False, tail="uneven")`, '
+            f"{exceptions}. "
+            "With the stock sampler: gather per-sample results, interleave them by rank and "
+            "truncate to the dataset size; do not sum counts or average rank means.",
+            f"{link['distributed-evaluation']}: summed counts were off by up to "
+            f"{evaluation.pooled_worst:.1e}; "
+            + (
+                "gathering was exact"
+                if evaluation.gathered_worst == 0
+                else f"gathering by {evaluation.gathered_worst:.1e}"
+            )
+            + f"; {link['tail-policies']}: {batched_uneven} gave every sample exactly once in "
+            f"{count_of(tails.once[batched_uneven], total, 'configurations')} and unequal "
+            f"batch counts in {tails.unequal[batched_uneven]}, "
+            f"{tails.unequal_large[batched_uneven]} of them with N ≥ W and B ≥ 2; "
+            f"{link['exact-evaluation']} and {link['zip-and-truncate']} measure gathering and "
+            "collecting in real processes.",
         ),
         (
             "training",
@@ -136,63 +119,72 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
             "`seed=None` agrees one random seed), and `sampler.set_epoch(epoch)` before each "
             "epoch's loop starts (ours warns when it is missing; `auto_epoch=True` does it). "
             "For a weighted or custom sampler, ours: `DistributedSamplerWrapper(sampler)`.",
-            f"{link['set-epoch']}: without set_epoch {repeated} of {later} later epochs "
-            f"repeated epoch 0; {link['manual-seed']}: {len(seeds)} torch.manual_seed values "
-            f"gave {ignored} sampler order(s); {link['seed-per-rank']}: seed=rank left up to "
-            f"{unseen:.0%} of the samples unseen; {link['set-epoch-timing']}: set_epoch "
-            f"called after iteration began had no effect in {kept} of {len(timing)} cases; "
-            f"{link['wrapping-samplers']}: unseeded per-rank streams left up to "
-            f"{common_unseen} samples unseen, the wrapper {ours_unseen}.",
+            f"{link['set-epoch']}: without set_epoch {repeats.repeated} of {repeats.later} "
+            f"later epochs repeated epoch 0; {link['manual-seed']}: {seeds.manual_seeds} "
+            f"torch.manual_seed values gave {seeds.stock_unseeded} sampler order(s); "
+            f"{link['seed-per-rank']}: seed=rank left up to {coverage.most_never:.0%} of the "
+            f"samples unseen; {link['set-epoch-timing']}: set_epoch called after iteration "
+            f"began had no effect in {timing.kept} of {timing.moments} cases; "
+            f"{link['wrapping-samplers']}: per-rank streams left up to "
+            f"{wrapped.never[wrapping_samplers.COMMON]} samples unseen, Lightning's wrapper "
+            f"{wrapped.never[wrapping_samplers.LIGHTNING]}, ours "
+            f"{wrapped.never[wrapping_samplers.OURS]}.",
         ),
         (
             "small datasets",
             "The sampler's `drop_last=False` when there are fewer samples than ranks, and "
             "the DataLoader's `drop_last=False` when a rank's share is smaller than the batch "
             "size; expect repeated samples. Ours warns when drop_last empties every rank.",
-            f"{link['tiny-datasets']}: with the sampler's drop_last {emptied} of "
-            f"{len(trimmed)} tiny configurations gave every rank nothing, without it a "
-            f"sample was handed out up to {copies} times; {link['drop-last']}: "
-            f"{empty_example}.",
+            f"{link['tiny-datasets']}: with the sampler's drop_last {tiny.emptied} of "
+            f"{tiny.trimmed} tiny configurations gave every rank nothing, without it a "
+            f"sample was handed out up to {tiny.most_copies} times; {link['drop-last']}: "
+            f"{drop_last.empty_text(dropping.empty_example)}.",
         ),
         (
             "splitting data across ranks",
-            "A DistributedSampler (stock or ours) or ours `DistributedBatchSampler`, not "
-            "Subset chunks or slicing per rank.",
-            f"{link['equal-batch-counts']}: ranks' batch counts differed in {sampler_unequal} "
-            f"of {total} configurations with a DistributedSampler, in {by_hand_unequal} or more "
-            "with each hand-made split.",
+            "For training, where every step runs a collective: a DistributedSampler that "
+            'pads or trims (stock, or ours with `tail="pad"` or `tail="drop"`) or ours '
+            "`DistributedBatchSampler`. Not Subset chunks or slicing per rank, and not ours "
+            'with `tail="uneven"`, which splits as every W-th sample does: unequal splits '
+            "suit a loop without per-step collectives, such as evaluation gathered once.",
+            f"{link['equal-batch-counts']}: over {counts.configurations} configurations and "
+            "both DataLoader drop_last settings, batch counts differed in "
+            f"{counts.equal_shares} runs of the samplers that pad or trim; "
+            f'with tail="uneven" in {joined(counts.uneven)}, with every W-th sample by hand '
+            f"in {joined(counts.strided)}, with contiguous chunks in "
+            f"{joined(counts.contiguous)}.",
         ),
         (
             "BatchNorm",
             'Ours: `DistributedBatchSampler(..., tail="pad")` or `tail="drop"` (every batch '
             "full); with the stock sampler, the DataLoader's `drop_last=True` (or a batch "
             "size that leaves no rank a last batch of one).",
-            f"{link['batch-of-one']}: in train mode a batch of one raised with {failing_inputs}; "
-            f"{link['tail-policies']}: every batch was full with "
-            + " and ".join(f"`{name}`" for name in full_rows.index)
-            + f", while the stock sampler's smallest batch was {stock_smallest:.2f} of the "
-            "batch size.",
+            f"{link['batch-of-one']}: in train mode a batch of one raised with "
+            f"{joined(norms.failing)}; {link['tail-policies']}: every batch was full with "
+            + " and ".join(f"`{name}`" for name in full)
+            + ", while the stock sampler's smallest batch was "
+            f"{tails.smallest[tail_policies.STOCK_PAD]:.2f} of the batch size.",
         ),
         (
             "checkpointing",
-            "Our sampler: save `sampler.state_dict()` with the checkpoint (with a DataLoader "
-            "with workers, `state_dict(consumed=steps * batch_size)`; torchdata's "
-            "`StatefulDataLoader` calls it itself) and call `sampler.load_state_dict(state)` "
-            "on every rank of the resumed job, on the same or another world size; "
-            '`tail="uneven"` for every sample exactly once.',
+            "Our sampler: save `sampler.state_dict()` with the checkpoint (the same on every "
+            "rank, exact at the step the loop reached under a DataLoader or torchdata's "
+            "`StatefulDataLoader`; `state_dict(consumed=...)` for a loop the sampler cannot "
+            "see) and call `sampler.load_state_dict(state)` on every rank of the resumed "
+            'job, on the same or another world size; `tail="uneven"` for every sample '
+            "exactly once.",
             f'{link["resume"]}: resumed on another world size, ours with tail "uneven" '
             + (
-                f"repeated and lost no sample in any of {len(exact)} configurations; "
-                if exact_wrong == 0
-                else f"repeated or lost up to {exact_wrong} samples in {len(exact)} "
-                "configurations; "
+                f"repeated and lost no sample in any of {resumed.moved} configurations; "
+                if resumed.uneven_wrong == 0
+                else f"repeated or lost up to {resumed.uneven_wrong} samples in "
+                f"{resumed.moved} configurations; "
             )
             + "skipping what each rank had yielded (the StatefulDataLoader's way for a sampler "
-            f"without state) left up to {int(skipping['samples never seen'].max())} samples "
-            "never seen, restarting the epoch repeated up to "
-            f"{int(restarting['samples repeated'].max())}; {link['strided-prefix']}: after "
-            f"{prefixes} of the {len(prefix)} steps measured, the consumed samples were a "
-            "prefix of the epoch order.",
+            f"without state) left up to {resumed.skip_never} samples never seen, restarting "
+            f"the epoch repeated up to {resumed.restart_repeated}; {link['strided-prefix']}: "
+            f"after {prefix.prefixes} of the {prefix.steps} steps measured, the consumed "
+            "samples were a prefix of the epoch order.",
         ),
     ]
     return pd.DataFrame(rows, columns=list(COLUMNS))

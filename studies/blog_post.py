@@ -41,8 +41,15 @@ def load() -> dict[str, Any]:
 
 
 def source() -> str:
-    """The citation: the post's title and the file it was transcribed from."""
-    return str(load()["source"])
+    """The citation: the post's title, its address, who wrote it (when known) and what the
+    transcription was made from."""
+    cited = load()["source"]
+    author = cited.get("author") or "author not named in the copy transcribed"
+    return (
+        f'Blog post "{cited["title"]}" ({cited["title_in_english"]}), {author}, '
+        f"<{cited['address']}> ({cited['address_note']}); {cited['transcription']}, "
+        f"transcribed from {cited['transcribed_from']}."
+    )
 
 
 def padding_claim() -> pd.DataFrame:

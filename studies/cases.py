@@ -7,15 +7,25 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 Implementation = Literal["torch", "samplers", "none"]
+Tail = Literal["pad", "drop", "uneven"]
+SamplerKind = Literal["index", "batch"]
 
 #: ``torch``: the stock sampler; ``samplers``: ours; ``none``: no sampler at all, so every
 #: rank's DataLoader iterates the whole dataset, in order unless the case shuffles (then
 #: with the DataLoader's own generator, seeded with the case's seed).
 IMPLEMENTATIONS: tuple[Implementation, ...] = ("torch", "samplers", "none")
+#: What a sampler does with the samples that do not divide evenly: ``pad`` (the stock
+#: sampler without drop_last), ``drop`` (with it) and, ours only, ``uneven``.
+TAILS: tuple[Tail, ...] = ("pad", "drop", "uneven")
+#: ``index``: a sampler of indices, batched by the DataLoader; ``batch``: ours
+#: ``DistributedBatchSampler``, passed as the DataLoader's ``batch_sampler``.
+SAMPLER_KINDS: tuple[SamplerKind, ...] = ("index", "batch")
 
 #: The columns that identify a case in every table (``epochs`` is how long it runs).
 CASE_COLUMNS = (
     "implementation",
+    "sampler_kind",
+    "tail",
     "dataset_size",
     "world_size",
     "batch_size",
@@ -33,6 +43,14 @@ class Case:
 
     ``drop_last`` is the sampler's flag and ``loader_drop_last`` the DataLoader's; they
     drop different things (the tail of the epoch order vs. each rank's last short batch).
+
+    ``tail`` is what the sampler does with the samples that do not divide evenly; it
+    follows from ``drop_last`` (``"drop"`` or ``"pad"``, which ``tail`` may repeat; it is
+    then kept as None), and ``"uneven"`` is ours alone (``implementation="samplers"``,
+    with ``drop_last`` False). ``sampler``
+    ``"batch"`` is our ``DistributedBatchSampler`` (ours alone, without the DataLoader's
+    ``drop_last``: it makes the batches). A case without a sampler has neither: both are
+    ``None``.
     """
 
     dataset_size: int
@@ -45,6 +63,8 @@ class Case:
     set_epoch: bool = True
     epochs: int = 2
     implementation: Implementation = "torch"
+    tail: Tail | None = None
+    sampler: SamplerKind | None = None
 
     def __post_init__(self) -> None:
         _require_int("dataset_size", self.dataset_size, minimum=0)
@@ -64,10 +84,68 @@ class Case:
                 f"implementation must be one of {', '.join(IMPLEMENTATIONS)}, "
                 f"got {self.implementation!r}"
             )
+        self._settle_sampler()
+
+    def _settle_sampler(self) -> None:
+        """Check ``tail`` and ``sampler`` against the rest of the case."""
+        if self.implementation == "none":
+            for name in ("tail", "sampler"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} needs a sampler, got {name}={getattr(self, name)!r} with "
+                        "implementation none"
+                    )
+            return
+        implied = "drop" if self.drop_last else "pad"
+        if self.tail is not None:
+            if self.tail not in TAILS:
+                raise ValueError(f"tail must be one of {', '.join(TAILS)}, got {self.tail!r}")
+            if self.tail != implied and not (self.tail == "uneven" and not self.drop_last):
+                raise ValueError(f"tail={self.tail!r} contradicts drop_last={self.drop_last}")
+            if self.tail == implied:  # said by drop_last already: kept once, there
+                object.__setattr__(self, "tail", None)
+        if self.sampler is not None and self.sampler not in SAMPLER_KINDS:
+            raise ValueError(
+                f"sampler must be one of {', '.join(SAMPLER_KINDS)}, got {self.sampler!r}"
+            )
+        if self.implementation != "samplers" and not self.stock_layout:
+            raise ValueError(
+                f"tail={self.layout_tail!r} and sampler={self.sampler_kind!r} need "
+                f"implementation samplers (ours), got {self.implementation!r}"
+            )
+        if self.sampler_kind == "batch" and self.loader_drop_last:
+            raise ValueError(
+                "loader_drop_last needs sampler index: the batch sampler makes the batches"
+            )
+
+    @property
+    def layout_tail(self) -> Tail | None:
+        """The sampler's tail policy: ``tail`` when given, else from ``drop_last``; None
+        without a sampler."""
+        if self.implementation == "none":
+            return None
+        if self.tail is not None:
+            return self.tail
+        return "drop" if self.drop_last else "pad"
+
+    @property
+    def sampler_kind(self) -> SamplerKind | None:
+        """``"index"`` (the default) or ``"batch"``; None without a sampler."""
+        if self.implementation == "none":
+            return None
+        return self.sampler or "index"
+
+    @property
+    def stock_layout(self) -> bool:
+        """Whether the case's ranks get the stock sampler's layout (strided shares padded
+        or trimmed to one length, batched by the DataLoader), or no sampler at all."""
+        return self.layout_tail != "uneven" and self.sampler_kind != "batch"
 
     def key(self) -> dict[str, object]:
-        """The case's identifying columns, in table order."""
+        """The case's identifying columns, in table order (``tail`` and ``sampler_kind`` as
+        the sampler applies them: :attr:`layout_tail`, :attr:`sampler_kind`)."""
         values = asdict(self)
+        values.update(tail=self.layout_tail, sampler_kind=self.sampler_kind)
         return {name: values[name] for name in CASE_COLUMNS}
 
     def using(self, implementation: Implementation) -> Case:

@@ -7,24 +7,57 @@ table`` (default) for a reader, ``--format json`` a list of objects with ``guara
 ``holds`` (true, false, or null when the guarantee does not apply), ``counterexample``
 (the smallest configuration found and what went wrong, or null) and ``detail``.
 
-Exit status: 0 when no guarantee is violated, 1 when one is, 2 for a ``MODULE:FACTORY``
-that cannot be imported, is not callable or does not build a sampler (one line naming it).
+A factory takes, by name, any of the kit's arguments (:data:`ARGUMENTS`); one that
+requires another parameter is refused before anything runs, with the accepted names.
+``--timeout`` bounds each configuration: building the samplers and iterating them may
+take that long between two calls of the factory (on the main thread, by an interval
+timer; platforms without ``SIGALRM`` run unbounded).
+
+Exit status: 0 when no guarantee is violated, 1 when one is or a configuration ran out
+of time, 2 for a ``MODULE:FACTORY`` that cannot be imported, is not callable, takes
+parameters the kit does not pass, or does not build a sampler (one line naming it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import importlib
+import inspect
 import json
 import os
+import signal
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tabulate import tabulate
 
-__all__ = ["add_parser", "render_json", "render_table", "run"]
+__all__ = [
+    "ARGUMENTS",
+    "DEFAULT_TIMEOUT",
+    "SHOWN",
+    "ConfigurationTimeout",
+    "add_parser",
+    "counterexample_text",
+    "render_json",
+    "render_table",
+    "run",
+]
 
 #: How ``holds`` reads in the table.
 SHOWN = {True: "held", False: "violated", None: "not supported"}
+#: The keyword arguments the kit passes a factory (those it names).
+ARGUMENTS = ("dataset", "num_replicas", "rank", "seed", "batch_size")
+#: Seconds a configuration may take by default, and at most.
+DEFAULT_TIMEOUT = 120.0
+MAX_TIMEOUT = 3600.0
+
+
+class ConfigurationTimeout(BaseException):
+    """A configuration ran past ``--timeout`` (a BaseException, so that no ``except
+    Exception`` of the kit or the sampler mistakes it for the sampler refusing)."""
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -33,10 +66,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "check",
         help="check a sampler of yours against each guarantee (with hypothesis)",
         description=(
-            "Import FACTORY from MODULE, a callable taking the keyword arguments dataset, "
-            "num_replicas, rank, seed and batch_size (those it names) and returning a sampler "
-            "or batch sampler, and search for the smallest configuration that breaks each "
-            "guarantee. Needs hypothesis (the test extra)."
+            "Import FACTORY from MODULE, a callable taking the keyword arguments "
+            f"{', '.join(ARGUMENTS)} (those it names) and returning a sampler or batch "
+            "sampler, and search for the smallest configuration that breaks each guarantee. "
+            "Needs hypothesis (the study extra)."
         ),
     )
     check.set_defaults(command_parser=check)
@@ -45,17 +78,29 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     check.add_argument(
         "--thorough", action="store_true", help="search longer, with random examples"
     )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds one configuration may take (default {DEFAULT_TIMEOUT:g}, at most "
+        f"{MAX_TIMEOUT:g})",
+    )
     return check
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dsampler check``; the exit status (see the module's docstring)."""
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        args.command_parser.error(
+            f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
     try:
         import hypothesis  # noqa: F401
     except ModuleNotFoundError:
         print(
             "dsampler check: error: needs hypothesis, which is not installed: install the "
-            "test extra, e.g. pip install 'dsampler[test]'",
+            "study extra, e.g. pip install 'dsampler[study]'",
             file=sys.stderr,
         )
         return 2
@@ -64,29 +109,106 @@ def run(args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        factory = testing.validated(testing.load_factory(args.factory), args.factory)
+        factory = testing.load_factory(args.factory)
+        _check_parameters(factory, args.factory)
+        testing.validated(factory, args.factory)
     except (ValueError, TypeError) as error:
-        print(f"dsampler check: error: {error}", file=sys.stderr)
+        print(f"dsampler check: error: {_with_arguments(str(error))}", file=sys.stderr)
         return 2
-    results = testing.check_all(factory, thorough=args.thorough)
+    last: dict[str, Any] = {}
+    try:
+        with _time_limited(args.factory, factory, args.timeout, last) as limited:
+            results = testing.check(limited, thorough=args.thorough).to_dict("records")
+    except ConfigurationTimeout:
+        shown = ", ".join(f"{name}={value}" for name, value in last.items()) or "?"
+        print(
+            f"dsampler check: error: {args.factory}: a configuration took longer than "
+            f"--timeout {args.timeout:g} s (the last sampler built: {shown})",
+            file=sys.stderr,
+        )
+        return 1
     text = render_json(results) if args.format == "json" else render_table(args.factory, results)
     sys.stdout.write(text)
-    return 1 if any(result.holds is False for result in results) else 0
+    return 1 if any(result["holds"] is False for result in results) else 0
 
 
-def _records(results: list[Any]) -> list[dict[str, Any]]:
+def _check_parameters(factory: Callable[..., Any], name: str) -> None:
+    """``TypeError`` when the factory requires a parameter the kit does not pass."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read: the kit passes every argument
+    required = [
+        p.name
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        and p.name not in ARGUMENTS
+    ]
+    if required:
+        raise TypeError(
+            f"{name} requires {', '.join(repr(p) for p in required)}, which the kit does not pass"
+        )
+
+
+def _with_arguments(message: str) -> str:
+    """The error, followed by the names a factory may take."""
+    return f"{message} (a factory takes, by name, any of: {', '.join(ARGUMENTS)})"
+
+
+@contextlib.contextmanager
+def _time_limited(
+    reference: str, factory: Callable[..., Any], seconds: float, last: dict[str, Any]
+) -> Iterator[Callable[..., Any]]:
+    """While the check runs, each call of the factory (re)starts a ``seconds`` timer
+    whose expiry raises :class:`ConfigurationTimeout`; ``last`` keeps the last call's
+    sizes. The wrapper takes the factory's place in its module, so the kit still finds
+    it by name (and compares it with a fresh process, which imports the original)."""
+    if not hasattr(signal, "setitimer"):
+        yield factory
+        return
+    module_name, _, name = reference.partition(":")
+
+    @functools.wraps(factory)
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        dataset = kwargs.get("dataset")
+        last.clear()
+        if dataset is not None:
+            last["dataset_size"] = len(dataset)
+        last.update((key, kwargs[key]) for key in ARGUMENTS[1:] if key in kwargs)
+        return factory(*args, **kwargs)
+
+    def expire(number: int, frame: Any) -> None:
+        raise ConfigurationTimeout()
+
+    owner: Any = importlib.import_module(module_name)
+    *path, attribute = name.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    previous = signal.signal(signal.SIGALRM, expire)
+    setattr(owner, attribute, limited)
+    try:
+        yield limited
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        setattr(owner, attribute, factory)
+
+
+def _records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
-            "guarantee": result.guarantee,
-            "holds": result.holds,
-            "counterexample": result.counterexample,
-            "detail": result.detail,
+            "guarantee": result["guarantee"],
+            "holds": result["holds"],
+            "counterexample": result["counterexample"],
+            "detail": result["detail"],
         }
         for result in results
     ]
 
 
-def render_json(results: list[Any]) -> str:
+def render_json(results: list[dict[str, Any]]) -> str:
     """The results as a JSON list, one object per guarantee and per line."""
     lines = ",\n".join(json.dumps(record) for record in _records(results))
     return f"[\n{lines}\n]\n"
@@ -109,16 +231,18 @@ def counterexample_text(counterexample: dict[str, Any] | None) -> str:
     return ", ".join(place) + (f": {what}" if what else "")
 
 
-def render_table(reference: str, results: list[Any]) -> str:
+def render_table(reference: str, results: list[dict[str, Any]]) -> str:
     """A table for a reader: each guarantee, held/violated/not supported, the smallest
     counterexample and what a user experiences."""
     rows = [
         [
-            result.guarantee,
-            SHOWN[result.holds],
-            counterexample_text(result.counterexample),
-            result.experience
-            or (result.detail if result.holds is None or "skipped" in result.detail else ""),
+            result["guarantee"],
+            SHOWN[result["holds"]],
+            counterexample_text(result["counterexample"]),
+            result["experience"]
+            or (
+                result["detail"] if result["holds"] is None or "skipped" in result["detail"] else ""
+            ),
         ]
         for result in results
     ]
@@ -127,7 +251,7 @@ def render_table(reference: str, results: list[Any]) -> str:
         headers=["guarantee", "result", "smallest counterexample", "what a user sees"],
         disable_numparse=True,
     )
-    violated = sum(result.holds is False for result in results)
+    violated = sum(result["holds"] is False for result in results)
     return (
         f"{reference}: {violated} of {len(results)} guarantees violated "
         "(N: dataset size, W: world size, B: batch size)\n\n" + table + "\n"

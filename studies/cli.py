@@ -16,12 +16,14 @@ backend and any number of nodes (``studies.distributed.torchrun``); rank 0 print
 the simulation. No other rank writes to stdout.
 
 ``dsampler report`` writes the study's reports into ``--output``: a new or empty
-directory, or one it generated before (``studies.report.check_output``); anything else
-only with ``--force``.
+directory, or one it generated before; anything else only with ``--force``
+(``studies.report.write_reports`` checks this, and the extras it needs, before it
+starts).
 
 Exit status: 0 on success; 2 for bad options (including an ``--output`` that cannot or
 may not be written, and ``observe`` outside torchrun) and for ``dsampler`` without a
-command (it prints the help); 1 when a case cannot be run (a rank failed).
+command (it prints the help); 1 when a case cannot be run (a rank failed) or when the
+report lacks an extra; 130 or 143 when ``report`` is interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from tabulate import tabulate
 
 from studies import check_cli
 from studies.bench import cli as bench
-from studies.cases import IMPLEMENTATIONS, Case
+from studies.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
+from studies.options import size
 from studies.simulate import case_rows, frame
 from studies.summary import SUMMARY_COLUMNS, summarize
 from studies.tables import to_csv_text, to_json_records
@@ -54,10 +57,13 @@ FORMATS = ("table", "csv", "json")
 #: observe's --timeout bound (a week): a process-group timeout must be a finite timedelta.
 MAX_TIMEOUT = 7 * 24 * 3600.0
 
-#: explain and observe list every batch of every rank; past this, use --summary.
-EXPLAIN_MAX_DATASET_SIZE = 100_000
-#: explain builds one DataLoader per rank in this process.
+#: explain and observe list every batch of every rank; past this many samples over all
+#: epochs (dataset size x epochs), use --summary.
+EXPLAIN_MAX_LISTED = 200_000
+#: explain builds one DataLoader per rank in this process, and iterates each every epoch:
+#: at most this many ranks, and this many DataLoader passes (ranks x epochs).
 EXPLAIN_MAX_WORLD_SIZE = 1024
+EXPLAIN_MAX_PASSES = 2048
 #: --summary keeps a few numbers per rank.
 SUMMARY_MAX_WORLD_SIZE = 65_536
 #: Dataset indices are int64.
@@ -145,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configuration_options(command: argparse.ArgumentParser, *, world_size: bool) -> None:
     command.set_defaults(command_parser=command)  # so errors show this command's usage
-    command.add_argument("--dataset-size", type=int, required=True, help="samples in the dataset")
+    command.add_argument(
+        "--dataset-size", type=size, required=True, help="samples in the dataset (e.g. 1e5)"
+    )
     if world_size:
         command.add_argument("--world-size", type=int, required=True, help="number of ranks")
     command.add_argument("--batch-size", type=int, required=True, help="DataLoader batch size")
@@ -164,8 +172,23 @@ def _configuration_options(command: argparse.ArgumentParser, *, world_size: bool
     command.add_argument(
         "--implementation",
         choices=IMPLEMENTATIONS,
-        default="torch",
-        help="torch's sampler, ours (samplers), or none (no sampler); default torch",
+        default=None,
+        help="torch's sampler, ours (samplers), or none (no sampler); default torch, or "
+        "samplers with --tail or --sampler",
+    )
+    command.add_argument(
+        "--tail",
+        choices=TAILS,
+        default=None,
+        help="ours: pad (as the stock sampler), drop (as its drop_last) or uneven (every "
+        "sample once, shares differing by one)",
+    )
+    command.add_argument(
+        "--sampler",
+        choices=SAMPLER_KINDS,
+        default=None,
+        help="ours: index (a DistributedSampler, batched by the DataLoader; the default) or "
+        "batch (DistributedBatchSampler, the DataLoader's batch_sampler)",
     )
     command.add_argument("--format", choices=FORMATS, default="table", help="default table")
     command.add_argument(
@@ -219,16 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     _check_bounds(parser, args)
+    if args.summary and (args.tail == "uneven" or args.sampler == "batch"):
+        parser.error(
+            "--summary computes from the stock layout's plan; --tail uneven and --sampler "
+            "batch give ranks different shares: drop --summary to list the batches"
+        )
     if args.summary and args.launch:
         parser.error("--summary computes from the plan and --launch runs processes: pick one")
     if args.summary and args.format == "csv":
         parser.error("--format csv lists batches, which --summary skips: use json or table")
-    if not args.summary and args.world_size > EXPLAIN_MAX_WORLD_SIZE:
-        parser.error(
-            f"--world-size must be at most {EXPLAIN_MAX_WORLD_SIZE} for explain, which builds "
-            f"a DataLoader per rank, got {args.world_size}; --summary takes up to "
-            f"{SUMMARY_MAX_WORLD_SIZE}"
-        )
     if args.launch:
         processes = args.world_size * (1 + args.num_workers)
         if processes > LAUNCH_MAX_PROCESSES:
@@ -297,12 +319,27 @@ def _check_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(
             f"--dataset-size must be at most 2**63 - 1 (int64 indices), got {args.dataset_size}"
         )
-    listing = not getattr(args, "summary", False)
-    if listing and args.dataset_size > EXPLAIN_MAX_DATASET_SIZE:
+    if getattr(args, "summary", False):
+        return
+    hint = "; --summary takes any size" if args.command == "explain" else ""
+    if world is not None and world > EXPLAIN_MAX_WORLD_SIZE:
         parser.error(
-            f"--dataset-size must be at most {EXPLAIN_MAX_DATASET_SIZE} for {args.command}, "
-            f"which lists every batch, got {args.dataset_size}"
-            + ("; --summary takes any size" if args.command == "explain" else "")
+            f"--world-size must be at most {EXPLAIN_MAX_WORLD_SIZE} for explain, which builds "
+            f"a DataLoader per rank, got {world}; --summary takes up to "
+            f"{SUMMARY_MAX_WORLD_SIZE}"
+        )
+    listed = args.dataset_size * max(args.epochs, 1)
+    if listed > EXPLAIN_MAX_LISTED:
+        parser.error(
+            f"{args.command} lists every batch of every epoch: --dataset-size times --epochs "
+            f"must be at most {EXPLAIN_MAX_LISTED:,}, got {args.dataset_size} x "
+            f"{args.epochs} = {listed:,}{hint}"
+        )
+    if world is not None and world * max(args.epochs, 1) > EXPLAIN_MAX_PASSES:
+        parser.error(
+            f"{args.command} iterates one DataLoader per rank every epoch: --world-size "
+            f"times --epochs must be at most {EXPLAIN_MAX_PASSES:,}, got {world} x "
+            f"{args.epochs} = {world * args.epochs:,}{hint}"
         )
 
 
@@ -318,7 +355,15 @@ def _loader_options(
 
 
 def _case(parser: argparse.ArgumentParser, args: argparse.Namespace, world_size: int) -> Case:
-    """The Case the options describe; Case's own validation, reported by option name."""
+    """The Case the options describe; Case's own validation, reported by option name.
+
+    ``--tail`` and ``--sampler`` choose ours unless ``--implementation`` says otherwise;
+    ``--tail drop`` is the sampler's drop_last.
+    """
+    ours = args.tail is not None or args.sampler is not None
+    implementation: Implementation = args.implementation or ("samplers" if ours else "torch")
+    if args.tail in ("pad", "uneven") and args.drop_last:
+        parser.error(f"--drop-last contradicts --tail {args.tail}: drop one of them")
     try:
         return Case(
             dataset_size=args.dataset_size,
@@ -326,15 +371,17 @@ def _case(parser: argparse.ArgumentParser, args: argparse.Namespace, world_size:
             batch_size=args.batch_size,
             shuffle=not args.no_shuffle,
             seed=args.seed,
-            drop_last=args.drop_last,
+            drop_last=args.drop_last or args.tail == "drop",
             loader_drop_last=args.loader_drop_last,
             set_epoch=not args.no_set_epoch,
             epochs=args.epochs,
-            implementation=args.implementation,
+            implementation=implementation,
+            tail=args.tail,
+            sampler=args.sampler,
         )
     except (TypeError, ValueError) as error:
         message = str(error)
-        name = message.split(" ", 1)[0]
+        name = message.split(" ", 1)[0].split("=", 1)[0]
         if name in _OPTIONS:
             message = _OPTIONS[name] + message[len(name) :]
         parser.error(message)
@@ -526,14 +573,24 @@ def _agreement_text(agreement: dict[str, Any]) -> str:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from studies.report import OutputError, check_output, write_reports
+    from studies.extras import MissingExtra
+    from studies.interrupts import exit_status, terminated_as_interrupt
+    from studies.report import OutputError, write_reports
 
     try:
-        check_output(args.output, force=args.force)
-        paths = write_reports(output=args.output, progress=not args.no_progress, force=args.force)
+        with terminated_as_interrupt():
+            paths = write_reports(
+                output=args.output, progress=not args.no_progress, force=args.force
+            )
+    except KeyboardInterrupt as interrupt:
+        print("dsampler report: interrupted; no file is left half written", file=sys.stderr)
+        return exit_status(interrupt)
     except OutputError as error:
         print(f"dsampler report: error: --output {error}", file=sys.stderr)
         return 2
+    except MissingExtra as error:
+        print(f"dsampler report: error: the report needs its extras: {error}", file=sys.stderr)
+        return 1
     for path in paths:
         print(path)
     return 0

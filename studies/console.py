@@ -1,8 +1,8 @@
 """The ``dsampler`` console command: the study's CLI, or which extra to install for it.
 
 The sampler (``samplers``) installs with torch alone; the study needs the ``study`` extra
-(pandas, matplotlib, tabulate, tqdm). Without it, ``dsampler`` says so in one line and
-exits with status 1 instead of failing with an import traceback.
+(pandas, matplotlib, tabulate, tqdm, psutil, hypothesis). Without it, ``dsampler`` says
+so in one line and exits with status 1 instead of failing with an import traceback.
 """
 
 from __future__ import annotations
@@ -10,26 +10,23 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from studies.extras import EXTRAS, MissingExtra, require
+
 __all__ = ["STUDY_MODULES", "main"]
 
 #: Top-level modules of the ``study`` extra.
-STUDY_MODULES = frozenset({"pandas", "matplotlib", "tabulate", "tqdm", "psutil"})
+STUDY_MODULES = frozenset(EXTRAS["study"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``studies.cli.main``; without the study extra, say how to install it."""
     try:
-        from studies.cli import main as cli_main
-    except ModuleNotFoundError as error:
-        if (error.name or "").split(".")[0] not in STUDY_MODULES:
-            raise
-        print(
-            f"dsampler: error: the study needs {error.name}, which is not installed: "
-            "install the study extra, e.g. pip install 'dsampler[study]' (or, from a "
-            "checkout, pip install -e '.[study]')",
-            file=sys.stderr,
-        )
+        require("study")
+    except MissingExtra as error:
+        print(f"dsampler: error: {error}", file=sys.stderr)
         return 1
+    from studies.cli import main as cli_main
+
     return cli_main(argv)
 
 

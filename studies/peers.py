@@ -1,17 +1,16 @@
 """The samplers the guarantee matrix compares, as factories for :mod:`samplers.testing`.
 
 Ours in every mode, torch's ``DistributedSampler`` and the samplers of torchdata,
-Lightning, accelerate and mmengine, each built the way its users build it for rank
-``rank`` of ``num_replicas``. Every factory is a module-level function, so the kit can
-also rebuild it in a fresh process. A peer library is imported only inside its factory:
-:func:`unavailable` says when one is not installed (or when this version of ours lacks a
-permutation), and the matrix marks that column instead of failing.
+Lightning, accelerate and mmengine (the ``peers`` extra), each built the way its users
+build it for rank ``rank`` of ``num_replicas``. Every factory is a module-level function,
+so the kit can also rebuild it in a fresh process. A peer library is imported only inside
+its factory; the guarantee matrix requires the ``peers`` extra before it starts
+(:func:`studies.extras.require`), so a missing peer fails it with a message naming the
+extra instead of changing what it shows.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +22,7 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 
-__all__ = ["COLUMNS", "NOT_AVAILABLE", "NOT_INSTALLED", "Column", "unavailable"]
-
-NOT_INSTALLED = "not installed"
-NOT_AVAILABLE = "not available in this version"
+__all__ = ["COLUMNS", "Column"]
 
 
 def _seeded_random(dataset: Any, seed: int) -> SubsetRandomSampler:
@@ -57,8 +53,7 @@ def ours_uneven(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
 
 
 def ours_feistel(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
-    arguments: dict[str, Any] = {"permutation": "feistel"}
-    return DistributedSampler(dataset, num_replicas, rank, seed=seed, **arguments)
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, permutation="feistel")
 
 
 def ours_batches_pad(dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int) -> Any:
@@ -140,29 +135,13 @@ def mmengine_no_round_up(dataset: Any, num_replicas: int, rank: int, seed: int) 
 
 @dataclass(frozen=True)
 class Column:
-    """One sampler of the matrix: its heading, what it is, its factory, what it needs (a
-    module to import, or a keyword of our ``DistributedSampler``) and the distribution that
-    provides it (empty for ours)."""
+    """One sampler of the matrix: its heading, what it is, its factory, and the
+    distribution that provides it (empty for ours)."""
 
     name: str
     what: str
     factory: Callable[..., Any]
-    module: str = ""
-    keyword: str = ""
     distribution: str = ""
-
-
-def unavailable(column: Column) -> str:
-    """Why the column cannot be checked here (:data:`NOT_INSTALLED`, :data:`NOT_AVAILABLE`),
-    or ``""`` when it can."""
-    if column.keyword and column.keyword not in inspect.signature(DistributedSampler).parameters:
-        return NOT_AVAILABLE
-    if column.module:
-        try:
-            importlib.import_module(column.module)
-        except ImportError:
-            return NOT_INSTALLED
-    return ""
 
 
 #: The matrix's columns, in order.
@@ -181,7 +160,6 @@ COLUMNS: tuple[Column, ...] = (
         "ours feistel",
         'samplers.DistributedSampler, permutation="feistel"',
         ours_feistel,
-        keyword="permutation",
     ),
     Column("ours batches pad", 'samplers.DistributedBatchSampler, tail="pad"', ours_batches_pad),
     Column("ours batches drop", 'samplers.DistributedBatchSampler, tail="drop"', ours_batches_drop),
@@ -199,14 +177,12 @@ COLUMNS: tuple[Column, ...] = (
         "torchdata",
         "torchdata.stateful_dataloader.sampler.StatefulDistributedSampler",
         torchdata_stateful,
-        module="torchdata.stateful_dataloader.sampler",
         distribution="torchdata",
     ),
     Column(
         "Lightning unrepeated",
         "lightning.pytorch.overrides.distributed.UnrepeatedDistributedSampler",
         lightning_unrepeated,
-        module="lightning.pytorch.overrides.distributed",
         distribution="lightning",
     ),
     Column(
@@ -214,7 +190,6 @@ COLUMNS: tuple[Column, ...] = (
         "lightning.fabric.utilities.distributed.DistributedSamplerWrapper over a RandomSampler "
         "seeded alike on every rank",
         lightning_wrapper,
-        module="lightning.fabric.utilities.distributed",
         distribution="lightning",
     ),
     Column(
@@ -222,28 +197,24 @@ COLUMNS: tuple[Column, ...] = (
         "accelerate.data_loader.BatchSamplerShard, even_batches=True, over a BatchSampler of a "
         "RandomSampler seeded alike on every rank",
         accelerate_even,
-        module="accelerate.data_loader",
         distribution="accelerate",
     ),
     Column(
         "accelerate uneven",
         "the same, even_batches=False",
         accelerate_uneven,
-        module="accelerate.data_loader",
         distribution="accelerate",
     ),
     Column(
         "mmengine round_up",
         "mmengine.dataset.DefaultSampler, round_up=True (the default)",
         mmengine_round_up,
-        module="mmengine.dataset.sampler",
         distribution="mmengine",
     ),
     Column(
         "mmengine no round_up",
         "mmengine.dataset.DefaultSampler, round_up=False",
         mmengine_no_round_up,
-        module="mmengine.dataset.sampler",
         distribution="mmengine",
     ),
 )

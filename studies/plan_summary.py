@@ -54,7 +54,17 @@ class LoaderShares:
 
 
 def loader_shares(case: Case) -> LoaderShares:
-    """Each rank's share, samples, batches and last batch size for ``case``, from the plan."""
+    """Each rank's share, samples, batches and last batch size for ``case``, from the plan.
+
+    Only for the stock layout (:attr:`studies.cases.Case.stock_layout`), where every rank
+    gets as many samples: ``ValueError`` for ours with tail ``"uneven"`` or the batch
+    sampler, whose ranks differ.
+    """
+    if not case.stock_layout:
+        raise ValueError(
+            f"the plan's shares are the stock layout's; tail={case.layout_tail!r} with "
+            f"sampler={case.sampler_kind!r} gives ranks different shares: simulate the case"
+        )
     if case.implementation == "none":
         share = case.dataset_size
     else:
@@ -87,12 +97,18 @@ def planned_summary(case: Case) -> dict[str, Any]:
     size, world = case.dataset_size, case.world_size
     if case.implementation == "none":
         # Every rank iterates the same unshuffled dataset and keeps its first samples.
-        distinct = shares.samples
+        duplicated = shares.received - shares.samples
+        dropped = size - shares.samples
         most_copies = world if shares.samples else 0
     else:
-        # Position p of the padded/trimmed order holds order[p % N] (samplers.plan), and
-        # the ranks receive the positions below shares.received.
-        distinct = min(size, shares.received)
+        # The sampler pads the order (or trims it) to total_size positions; the
+        # DataLoader's drop_last then removes each rank's short last batch, i.e. the
+        # last positions of the padded/trimmed order: first the padding, then samples.
+        sizes = ShardSizes.of(size, world, case.drop_last)
+        removed = sizes.total_size - shares.received
+        duplicated = max(sizes.padding - removed, 0)
+        dropped = sizes.dropped + max(removed - sizes.padding, 0)
+        # Position p of the padded order holds order[p % N] (samplers.plan).
         most_copies = -(-shares.received // size) if size else 0
     batch_of_one = shares.batches > 0 and (case.batch_size == 1 or shares.last_batch == 1)
     return {
@@ -101,10 +117,10 @@ def planned_summary(case: Case) -> dict[str, Any]:
         "samples_per_rank": [shares.samples] * world,
         "batches_per_rank": [shares.batches] * world,
         "last_batch_sizes": [shares.last_batch] * world,
-        "duplicated_samples": shares.received - distinct,
+        "duplicated_samples": duplicated,
         "most_copies": most_copies,
-        "dropped_samples": size - distinct,
-        "coverage": round(distinct / size, 6) if size else 1.0,
+        "dropped_samples": dropped,
+        "coverage": round((size - dropped) / size, 6) if size else 1.0,
         "empty_loader": shares.batches == 0,
         "batch_of_one": batch_of_one,
         "order_repeats": case.epochs > 1 and _order_repeats(case, shares),

@@ -29,19 +29,28 @@ What it writes into ``output``:
 :func:`write_reports` writes only into a new or empty directory or one it generated
 itself (:func:`is_generated`: its ``MANIFEST`` lists only generated kinds of file and a
 listed Markdown file carries the generated stamp, so a user's own file named
-``MANIFEST`` does not count); anything else needs ``force=True``. It checks this, and
-that the directory can be written, before rendering anything (:func:`check_output`).
-Progress goes to stderr: a bar on a terminal, otherwise one line per part.
+``MANIFEST`` does not count); anything else needs ``force=True``. Before rendering
+anything it checks this, that the directory can be written (:func:`check_output`) and
+that the study's and the peers' extras are installed (:func:`studies.extras.require`).
+
+Writing is all or nothing as far as a re-run can tell: every file is rendered in memory
+first, so a failing finding writes nothing. A new (or empty) directory is written as a
+temporary directory next to it and renamed at the end; in a directory generated before,
+each file is written to a temporary file and renamed over the old one, ``MANIFEST``
+last, so an interrupted run leaves the previous ``MANIFEST`` and the directory is still
+recognised. Progress goes to stderr: a bar on a terminal, otherwise one line per part.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
-import sys
+import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -49,14 +58,15 @@ import matplotlib
 import pandas as pd
 import tabulate
 import torch
-from tqdm import tqdm
 
 from studies import findings as registry
 from studies.answers import answers
 from studies.cases import EXPERIMENT, Case, grid
+from studies.extras import require
 from studies.figures import render_png
 from studies.findings import Finding, Table
 from studies.findings import experiment as experiment_finding
+from studies.parts import Part, default_workers, run_parts
 from studies.simulate import simulate
 from studies.summary import summarize
 from studies.tables import to_csv_text, to_labelled_csv_text
@@ -117,11 +127,10 @@ def study_cases() -> list[Case]:
     return cases
 
 
-def table_files(progress: bool = False) -> dict[str, bytes]:
+def table_files() -> dict[str, bytes]:
     """``cases.csv`` and ``summary.csv`` for :func:`study_cases`, and ``experiment.csv``."""
     cases = study_cases()
-    wrap = _progress_wrapper("simulating cases") if progress else None
-    rows = simulate(cases, progress=wrap)
+    rows = simulate(cases)
     summary = summarize(cases, rows)
     return {
         "cases.csv": to_csv_text(rows).encode(),
@@ -131,13 +140,15 @@ def table_files(progress: bool = False) -> dict[str, bytes]:
 
 
 def finding_header(module: ModuleType, number: int) -> str:
-    """The start of a finding's Markdown file, from the module's metadata alone."""
+    """The start of a finding's Markdown file, from the module's metadata alone.
+
+    The claim follows it: it is computed by the finding's ``build()``.
+    """
     source = module.__name__.replace(".", "/") + ".py"
     test_file = module.GUARDED_BY.split("::", 1)[0]
     return (
         f"{_STAMP}\n\n"
         f"# {number}. {module.TITLE}\n\n"
-        f"**Claim.** {module.CLAIM}\n\n"
         f"**Guarded by** [`{module.GUARDED_BY}`](../{test_file}). "
         f"**Built by** [`{source}`](../{source}).\n"
     )
@@ -150,7 +161,11 @@ def finding_files(module: ModuleType, number: int) -> dict[str, bytes]:
 
 def _files_of(module: ModuleType, number: int, finding: Finding) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
-    parts = [finding_header(module, number), finding.prose.strip() + "\n"]
+    parts = [
+        finding_header(module, number),
+        f"**Claim.** {finding.claim}\n",
+        finding.prose.strip() + "\n",
+    ]
     for table in finding.tables:
         if table.is_long():
             filename = f"{finding.name}-{table.name}.csv"
@@ -196,7 +211,7 @@ def index(
         "",
     ]
     for number, module in enumerate(modules, start=1):
-        lines.append(f"{number}. [{module.TITLE}]({module.NAME}.md): {module.CLAIM}")
+        lines.append(f"{number}. [{module.TITLE}]({module.NAME}.md)")
     rows = {name: content.decode().count("\n") - 1 for name, content in tables.items()}
     lines += [
         "",
@@ -217,23 +232,34 @@ def index(
     return "\n".join(lines).encode()
 
 
-def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
+def render(
+    progress: bool = False, *, slow: bool = True, workers: int | None = None
+) -> dict[str, bytes]:
     """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings).
 
-    The README's answers read only fast findings (:data:`studies.answers.NEEDED`), so
-    they are the same with or without the slow ones.
+    The parts (the tables, then each finding) run side by side in ``workers`` processes
+    (default :func:`studies.parts.default_workers`); the result does not depend on how
+    many. The README's answers read only fast findings (:data:`studies.answers.NEEDED`),
+    so they are the same with or without the slow ones.
     """
     modules = registry.modules()
-    steps: list[tuple[str, Callable[[], dict[str, bytes]]]] = [
-        ("cases and summary", lambda: table_files(progress))
+    chosen = [
+        (number, module)
+        for number, module in enumerate(modules, start=1)
+        if slow or not registry.is_slow(module)
     ]
+    # The longest parts first, so that none of them starts last.
+    chosen.sort(key=lambda item: -registry.expected_seconds(item[1]))
+    parts = [Part("cases and summary", table_files)] + [
+        Part(module.NAME, finding_part, (module.__name__, number)) for number, module in chosen
+    ]
+    done = run_parts(parts, workers=workers or default_workers(), progress=progress)
+    files: dict[str, bytes] = dict(done[0][0])
     built: dict[str, Finding] = {}
-    for number, module in enumerate(modules, start=1):
-        if slow or not registry.is_slow(module):
-            steps.append((module.NAME, _finding_step(module, number, built)))
-    files: dict[str, bytes] = {}
-    for step in _with_progress(steps, progress):
-        files.update(step())
+    for found, _seconds in done[1:]:
+        finding, own = found
+        built[finding.name] = finding
+        files.update(own)
     files["README.md"] = index(
         modules,
         {name: files[name] for name in ("experiment.csv", "cases.csv", "summary.csv")},
@@ -242,34 +268,89 @@ def render(progress: bool = False, *, slow: bool = True) -> dict[str, bytes]:
     return dict(sorted(files.items()))
 
 
+def finding_part(module_name: str, number: int) -> tuple[Finding, dict[str, bytes]]:
+    """Build one finding and render its files (a part of :func:`render`, run in a worker).
+
+    The finding comes back without its pictures (they are drawing functions, rendered
+    here already), so that it can cross processes.
+    """
+    module = importlib.import_module(module_name)
+    finding = registry.build(module)
+    files = _files_of(module, number, finding)
+    evidence = replace(finding.evidence, pictures=())
+    return replace(finding, evidence=evidence), files
+
+
 def write_reports(output: Path, progress: bool = False, *, force: bool = False) -> list[Path]:
     """Generate every report into ``output``; returns the paths written, sorted.
 
-    Refuses with :class:`OutputError`, before rendering anything, when ``output`` cannot
+    Refuses, before rendering anything, with :class:`OutputError` when ``output`` cannot
     be written or is a non-empty directory it did not generate and ``force`` is False
-    (:func:`check_output`). Files whose bytes are unchanged are left alone; files the
-    previous run generated (listed in its recognised ``MANIFEST``) that are no longer
-    generated are removed; no other file in ``output`` is touched (with ``force``, files
-    of a generated name are overwritten).
+    (:func:`check_output`), and with :class:`studies.extras.MissingExtra` when a module
+    of the ``study`` or ``peers`` extra is not installed. Files whose bytes are unchanged
+    are left alone; files the previous run generated (listed in its recognised
+    ``MANIFEST``) that are no longer generated are removed; no other file in ``output``
+    is touched (with ``force``, files of a generated name are overwritten). See the
+    module's docstring for how the writing stays all or nothing.
     """
     output = Path(output)
     check_output(output, force=force)
+    require("study", "peers")
     files = render(progress)
-    output.mkdir(parents=True, exist_ok=True)
+    manifest_text = "".join(f"{name}\n" for name in files).encode()
+    if output.is_dir() and any(output.iterdir()):
+        _update(output, files, manifest_text)
+    else:
+        _create(output, files, manifest_text)
+    return sorted([*(output / name for name in files), output / MANIFEST])
+
+
+def _create(output: Path, files: dict[str, bytes], manifest_text: bytes) -> None:
+    """Write a new (or empty) ``output``: a temporary sibling directory, renamed at the end."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(
+        tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
+    )
+    try:
+        for name, content in files.items():
+            (partial / name).write_bytes(content)
+        (partial / MANIFEST).write_bytes(manifest_text)
+        partial.chmod(0o777 & ~_umask())  # mkdtemp makes it private; a report is not
+        partial.rename(output)  # replaces an empty directory, atomically
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _update(output: Path, files: dict[str, bytes], manifest_text: bytes) -> None:
+    """Rewrite a generated (or forced) ``output`` file by file, each renamed into place."""
     stale = _previously_generated(output) - set(files)
-    written = []
     for name, content in files.items():
-        path = output / name
-        if not path.is_file() or path.read_bytes() != content:
-            path.write_bytes(content)
-        written.append(path)
+        _replace(output / name, content)
     for name in stale:
         (output / name).unlink(missing_ok=True)
-    manifest = output / MANIFEST
-    manifest_text = "".join(f"{name}\n" for name in files).encode()
-    if not manifest.is_file() or manifest.read_bytes() != manifest_text:
-        manifest.write_bytes(manifest_text)
-    return sorted([*written, manifest])
+    _replace(output / MANIFEST, manifest_text)
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` unless it holds it already: a temporary file, renamed."""
+    if path.is_file() and path.read_bytes() == content:
+        return
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(content)
+        os.chmod(name, 0o666 & ~_umask())  # mkstemp makes it private; a report is not
+        os.replace(name, path)
+    finally:
+        if os.path.exists(name):
+            os.unlink(name)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def check_output(output: Path, *, force: bool = False) -> None:
@@ -342,19 +423,6 @@ def _manifest_names(output: Path) -> list[str] | None:
     return names if names and plain else None
 
 
-def _finding_step(
-    module: ModuleType, number: int, built: dict[str, Finding]
-) -> Callable[[], dict[str, bytes]]:
-    """Build the finding, keep it in ``built`` (for the answers) and return its files."""
-
-    def step() -> dict[str, bytes]:
-        finding = registry.build(module)
-        built[finding.name] = finding
-        return _files_of(module, number, finding)
-
-    return step
-
-
 def _previously_generated(output: Path) -> set[str]:
     """Files in ``output`` that its MANIFEST lists, if this module wrote that MANIFEST."""
     if not is_generated(output):
@@ -365,6 +433,7 @@ def _previously_generated(output: Path) -> set[str]:
 #: Headers written in words instead of the code names the tidy tables use.
 HEADERS: dict[str, str] = {
     "implementation": "sampler",
+    "sampler_kind": "sampler kind",
     "dataset_size": "dataset size",
     "world_size": "world size",
     "batch_size": "batch size",
@@ -393,13 +462,21 @@ VALUE_WORDS: dict[str, dict[str, str]] = {
 
 
 def _readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame with headers and code-named cells in words, as the prose names them."""
+    """The frame with headers and code-named cells in words, as the prose names them.
+
+    Raises ``ValueError`` when two headers would read the same.
+    """
     for column, words in VALUE_WORDS.items():
         if column in frame.columns:
             frame = frame.assign(
                 **{column: frame[column].map(lambda value, w=words: w.get(value, value))}
             )
-    return frame.rename(columns=HEADERS)
+    renamed = frame.rename(columns=HEADERS)
+    if renamed.columns.duplicated().any():
+        raise ValueError(
+            f"columns {list(frame.columns)} read alike in words: {list(renamed.columns)}"
+        )
+    return renamed
 
 
 def _constant_columns(frame: pd.DataFrame) -> list[str]:
@@ -444,8 +521,10 @@ def _table_markdown(table: Table, csv_name: str = "") -> str:
 
 
 def _markdown(frame: pd.DataFrame, **formats: object) -> str:
+    """The frame as a Markdown table. Cells keep their own types (object dtype), so an
+    integer column of a table that also holds floats is printed as integers."""
     options = {key: value for key, value in formats.items() if value}
-    return frame.to_markdown(index=False, **options) + "\n"
+    return frame.astype(object).to_markdown(index=False, **options) + "\n"
 
 
 def _summary_csv(summary: pd.DataFrame) -> str:
@@ -462,34 +541,3 @@ def _frame_csv(frame: pd.DataFrame) -> str:
 
 def _is_list(value: object) -> bool:
     return isinstance(value, list)
-
-
-def _progress_wrapper(description: str) -> Callable[[list[Case]], Iterable[Case]]:
-    """A bar over the cases on a terminal; nothing otherwise (the parts' lines suffice)."""
-
-    def wrap(cases: list[Case]) -> Iterable[Case]:
-        if not sys.stderr.isatty():
-            return cases
-        return tqdm(cases, desc=description, unit="case", leave=False)
-
-    return wrap
-
-
-def _with_progress(
-    steps: list[tuple[str, Callable[[], dict[str, bytes]]]], progress: bool
-) -> Iterator[Callable[[], dict[str, bytes]]]:
-    """The steps, reporting each on stderr as it starts when ``progress`` is set.
-
-    On a terminal a bar; otherwise (CI logs, files) one line per step, flushed at once:
-    ``dsampler report: 3/17 padding``.
-    """
-    if progress and sys.stderr.isatty():
-        bar = tqdm(steps, desc="reports", unit="part")
-        for label, step in bar:
-            bar.set_postfix_str(label)
-            yield step
-        return
-    for number, (label, step) in enumerate(steps, start=1):
-        if progress:
-            print(f"dsampler report: {number}/{len(steps)} {label}", file=sys.stderr, flush=True)
-        yield step

@@ -26,21 +26,31 @@ cause and the fix) and returns the problems found, in a fixed order:
 
 Every number in a finding is the case's own. Every fix is checked against the case
 before it is advised: the changed configuration is recomputed from the sampler's plan
-(:func:`studies.plan_summary.loader_shares`), and a change that would leave a rank's
-DataLoader empty, or not remove the problem, is never offered.
+(:func:`studies.plan_summary.loader_shares`) for the stock layout, or simulated (epoch 0,
+every rank's DataLoader) for our other layouts, and a change that would leave a rank's
+DataLoader empty, or not remove the problem, is never offered. Fixes that switch to one
+of our samplers (``tail="uneven"``, the batch sampler) are checked by simulation too, so
+they are offered only for cases small enough to list (:data:`SIMULATED_MAX_SAMPLES`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from samplers.plan import ShardSizes
 from studies.cases import Case
 from studies.plan_summary import loader_shares
+from studies.simulate import rank_batches
 
-__all__ = ["VERDICT_NAMES", "Verdict", "verdicts"]
+__all__ = ["SIMULATED_MAX_SAMPLES", "VERDICT_NAMES", "Verdict", "verdicts"]
+
+#: Fixes are simulated (not computed from the plan) only up to this many samples handed
+#: out in an epoch (dataset size, or world size times one sample when that is larger).
+SIMULATED_MAX_SAMPLES = 100_000
 
 
 @dataclass(frozen=True)
@@ -94,14 +104,64 @@ def _times(count: int) -> str:
 # --- checking a fix against the case ------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """Epoch 0 of a configuration, per rank: batches, samples, and any batch of one."""
+
+    batches: tuple[int, ...]
+    samples: tuple[int, ...]
+    one: bool
+    duplicated: int
+
+
+def _simulable(case: Case) -> bool:
+    return max(case.dataset_size, case.world_size) <= SIMULATED_MAX_SAMPLES
+
+
+@lru_cache(maxsize=256)
+def _outcome(case: Case) -> _Outcome:
+    """Epoch 0 of ``case``: from the plan for the stock layout, else simulated."""
+    if case.stock_layout:
+        shares = loader_shares(case)
+        world = case.world_size
+        duplicated = 0
+        if case.implementation != "none":
+            sizes = ShardSizes.of(case.dataset_size, world, case.drop_last)
+            duplicated = max(sizes.padding - (sizes.total_size - shares.received), 0)
+        return _Outcome(
+            (shares.batches,) * world,
+            (shares.samples,) * world,
+            shares.batches > 0 and (case.batch_size == 1 or shares.last_batch == 1),
+            duplicated,
+        )
+    first = replace(case, epochs=1)
+    received = [[batch for _, _, batch in rank_batches(first, r)] for r in range(case.world_size)]
+    copies = Counter(index for batches in received for batch in batches for index in batch)
+    return _Outcome(
+        tuple(len(batches) for batches in received),
+        tuple(sum(len(batch) for batch in batches) for batches in received),
+        any(len(batch) == 1 for batches in received for batch in batches),
+        sum(copies.values()) - len(copies),
+    )
+
+
 def _empties(case: Case) -> bool:
-    """Whether every rank's DataLoader yields no batch (all ranks are alike)."""
-    return loader_shares(case).batches == 0
+    """Whether some rank's DataLoader yields no batch in epoch 0."""
+    return min(_outcome(case).batches) == 0
 
 
 def _has_batch_of_one(case: Case) -> bool:
-    shares = loader_shares(case)
-    return shares.batches > 0 and shares.last_batch == 1
+    return _outcome(case).one and case.batch_size > 1
+
+
+def _ours(case: Case, **changes: Any) -> Case | None:
+    """``case`` run by one of our samplers with ``changes``, when that can be simulated."""
+    if case.implementation == "none" or not _simulable(case):
+        return None
+    settings = {"implementation": "samplers", "drop_last": False, "tail": None, **changes}
+    if settings.get("sampler") == "batch":
+        settings["loader_drop_last"] = False
+    return replace(case, **settings)
 
 
 def _most_ranks(case: Case, limit: int) -> int | None:
@@ -123,8 +183,12 @@ def _most_ranks(case: Case, limit: int) -> int | None:
 
 def _batch_size_without_one(case: Case) -> int | None:
     """The batch size nearest the case's that leaves no batch of one and no empty loader."""
-    share = loader_shares(case).share
-    for distance in range(1, max(case.batch_size, share) + 1):
+    if not case.stock_layout and not _simulable(case):
+        return None
+    share = max(_outcome(replace(case, loader_drop_last=False)).samples)
+    # The stock layout is arithmetic; another one is simulated, so only nearby sizes.
+    farthest = max(case.batch_size, share) if case.stock_layout else 16
+    for distance in range(1, farthest + 1):
         for size in (case.batch_size + distance, case.batch_size - distance):
             if 2 <= size <= share:
                 changed = replace(case, batch_size=size)
@@ -152,7 +216,12 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
     if case.implementation == "none" or not 0 < size < world:
         return None
     sizes = ShardSizes.of(size, world, case.drop_last)
-    if case.drop_last:
+    if not case.stock_layout:
+        empty = sum(1 for count in row["batches_per_rank"] if count == 0)
+        happens = f"{_ranks(empty)} of {world} get nothing"
+        if row["duplicated_samples"]:
+            happens += f" and a sample is handed out up to {_times(row['most_copies'])}"
+    elif case.drop_last:
         happens = (
             "the sampler's drop_last trims the order to a multiple of the ranks, 0 samples, "
             "so every rank gets nothing"
@@ -164,14 +233,19 @@ def _fewer_samples_than_ranks(case: Case, row: Summary) -> Verdict | None:
             f"a sample is handed out up to {_times(row['most_copies'])}"
         )
     ranks = _most_ranks(case, size)
-    if ranks is None:
-        fix = f"Set the DataLoader's drop_last=False and use at most {_ranks(size)}"
+    padded = replace(case, drop_last=False, tail=None)
+    if ranks is not None:
+        fix = f"Use at most {_ranks(ranks)}, or a"
+    elif case.stock_layout:
+        fix = f"Set the DataLoader's drop_last=False and use at most {_ranks(size)}, or a"
+    elif case.drop_last and _simulable(padded) and not _empties(padded):
+        fix = 'Use tail="pad", or a'
     else:
-        fix = f"Use at most {_ranks(ranks)}"
+        fix = "Use a"
     return Verdict(
         "fewer-samples-than-ranks",
         f"The dataset has {_samples(size)} for {world} ranks, fewer than one per rank: {happens}.",
-        f"{fix}, or a dataset of at least {world} samples.",
+        f"{fix} dataset of at least {world} samples.",
     )
 
 
@@ -203,8 +277,27 @@ def _padded_duplicates(case: Case, row: Summary) -> Verdict | None:
         f"{'index' if duplicated == 1 else 'indices'} so all {case.world_size} ranks get the "
         f"same count, and each sample counts up to {_times(row['most_copies'])} in losses "
         "and metrics.",
-        "Harmless for training; for evaluation use a sampler without padding, or all_gather "
-        "per-sample results, interleave them by rank and truncate to the dataset size.",
+        _uneven_fix(case),
+    )
+
+
+def _uneven_fix(case: Case) -> str:
+    """The padded-duplicates fix: ours with tail "uneven" when simulated to repeat none."""
+    advice = "Harmless for training; for evaluation "
+    kind = case.sampler_kind or "index"
+    uneven = _ours(case, tail="uneven", sampler=None if kind == "index" else kind)
+    if uneven is not None and _outcome(uneven).duplicated == 0 and not _empties(uneven):
+        flags = "--implementation samplers --tail uneven" + (
+            " --sampler batch" if kind == "batch" else ""
+        )
+        return (
+            f'{advice}use ours with tail="uneven" ({flags}), which hands each sample out '
+            "once, and gather_unsharded; or all_gather per-sample results, interleave them "
+            "by rank and truncate to the dataset size."
+        )
+    return (
+        f"{advice}use a sampler without padding, or all_gather per-sample results, "
+        "interleave them by rank and truncate to the dataset size."
     )
 
 
@@ -214,15 +307,19 @@ def _dropped_samples(case: Case, row: Summary) -> Verdict | None:
         return None
     causes = []
     fixes = []
+    changed = case
     if case.drop_last and case.implementation != "none":
         causes.append("the sampler's drop_last trims the epoch order to a multiple of the ranks")
         fixes.append("the sampler's drop_last=False (it pads instead)")
+        changed = replace(changed, drop_last=False)
     if case.loader_drop_last:
         causes.append("the DataLoader's drop_last discards each rank's short last batch")
         fixes.append("the DataLoader's drop_last=False")
+        changed = replace(changed, loader_drop_last=False)
     because = f" because {' and '.join(causes)}" if causes else ""
     again = "; epoch 1 misses the same ones again" if row["order_repeats"] else ""
-    fix = f"Set {' and '.join(fixes)}; " if fixes else ""
+    checkable = case.stock_layout or _simulable(case)
+    fix = f"Set {' and '.join(fixes)}; " if fixes and checkable and not _empties(changed) else ""
     return Verdict(
         "dropped-samples",
         f"{dropped} of the {_samples(case.dataset_size)} reached no rank in epoch 0 "
@@ -236,11 +333,22 @@ def _batch_of_one(case: Case, row: Summary) -> Verdict | None:
     if case.batch_size == 1 or not row["batch_of_one"]:
         return None
     fixes = []
-    if not case.loader_drop_last and not _empties(replace(case, loader_drop_last=True)):
+    by_loader = case.sampler_kind != "batch"  # the batch sampler makes its own batches
+    if (
+        by_loader
+        and not case.loader_drop_last
+        and not _empties(replace(case, loader_drop_last=True))
+    ):
         fixes.append("set the DataLoader's drop_last=True (it skips that batch)")
     size = _batch_size_without_one(case)
     if size is not None:
         fixes.append(f"use batch size {size}")
+    full = _ours(case, sampler="batch", tail="pad" if case.layout_tail == "uneven" else None)
+    if full is not None and not _has_batch_of_one(full) and not _empties(full):
+        fixes.append(
+            'use ours DistributedBatchSampler with tail="pad", whose batches are all full '
+            "(--implementation samplers --sampler batch --tail pad)"
+        )
     if not fixes:
         ranks = [
             world
@@ -285,9 +393,10 @@ def _empty_loader(case: Case, row: Summary) -> Verdict | None:
     fixes = []
     if case.loader_drop_last and not _empties(replace(case, loader_drop_last=False)):
         fixes.append("set the DataLoader's drop_last=False")
-    share = loader_shares(case).share
-    if case.loader_drop_last and 0 < share < case.batch_size:
-        fixes.append(f"use a batch size of at most {share}, each rank's share")
+    if case.stock_layout:
+        share = loader_shares(case).share
+        if case.loader_drop_last and 0 < share < case.batch_size:
+            fixes.append(f"use a batch size of at most {share}, each rank's share")
     sampler = case.implementation != "none"
     if sampler and case.drop_last and not _empties(replace(case, drop_last=False)):
         fixes.append("set the sampler's drop_last=False")
@@ -321,14 +430,27 @@ def _order_repeated(case: Case, row: Summary) -> Verdict | None:
 def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
     if not row["uneven_batches"]:
         return None
+    fixes = []
+    if case.layout_tail == "uneven" and case.sampler_kind == "index":
+        batched = _ours(case, tail="uneven", sampler="batch")
+        if batched is not None and len(set(_outcome(batched).batches)) == 1:
+            fixes.append(
+                'use ours DistributedBatchSampler with tail="uneven", which gives every rank '
+                "the same number of batches here and still every sample once "
+                "(--sampler batch --tail uneven)"
+            )
+    fixes.append(
+        "give every rank the same number of batches (a sampler that pads each share to the "
+        'same length: the stock sampler, or ours with tail="pad"), or wrap the loop in '
+        "DDP's join() context manager"
+    )
     return Verdict(
         "uneven-batch-counts",
         "Ranks get different numbers of batches (epoch 0: "
         f"{_per_rank(row['batches_per_rank'])}): the ranks with more batches wait in DDP's "
         "gradient all-reduce for ranks that have finished, so training hangs or its "
         "collectives desynchronise.",
-        "Give every rank the same number of batches (a DistributedSampler pads each share to "
-        "the same length), or wrap the loop in DDP's join() context manager.",
+        _sentence(fixes),
     )
 
 

@@ -273,3 +273,30 @@ def ours_batches_pad(dataset: Any, num_replicas: int, rank: int, seed: int, batc
 
 def not_a_sampler(**arguments: Any) -> Any:
     return 42
+
+
+class _Hanging:
+    """Yields nothing, ever, for datasets of more than 100 samples (for --timeout)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Any:
+        import time
+
+        if self.size > 100:
+            time.sleep(3600)
+        return iter(range(self.size))
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def hanging(dataset: Any) -> _Hanging:
+    """A sampler that hangs on datasets of more than 100 samples."""
+    return _Hanging(len(dataset))
+
+
+def needs_world_size(dataset: Any, world_size: int, rank: int) -> Any:
+    """Names the world size ``world_size``, which the kit does not pass."""
+    return range(rank, len(dataset), world_size)

@@ -9,7 +9,15 @@ import pytest
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 from studies.answers import COLUMNS, NEEDED, answers
-from studies.findings import build, is_slow, modules, resume
+from studies.findings import (
+    batch_of_one,
+    build,
+    distributed_evaluation,
+    is_slow,
+    modules,
+    resume,
+    set_epoch,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +38,11 @@ def test_answers_cover_the_jobs_and_read_only_fast_findings(built: dict) -> None
 
 
 def test_answers_carry_the_findings_numbers(built: dict) -> None:
+    """The numbers are the ones the findings' tables hold (read here from the tables)."""
     rows = answers(built).set_index("if you are doing")
     evaluation = built["distributed-evaluation"].tables[0].frame
-    worst = evaluation["summed counts: error"].abs().max()
+    errors = distributed_evaluation.ERROR_COLUMNS
+    worst = evaluation[errors["pooled_counts"]].abs().max()
     assert f"off by up to {worst:.1e}" in rows.loc["evaluation", "because"]
     norms = built["batch-of-one"].tables[2].frame
     for shape in norms[norms["train mode"] != "ok"]["input shape"]:
@@ -41,6 +51,10 @@ def test_answers_carry_the_findings_numbers(built: dict) -> None:
     without = repeats[~repeats["set_epoch"]]
     later = int((without["epochs"] - 1).sum())
     assert f"{later} of {later} later epochs" in rows.loc["training", "because"]
+    # The evaluation row says when the batch sampler's uneven counts differ.
+    assert "only with batch size 1 or fewer samples than ranks" in rows.loc["evaluation", "use"]
+    assert set_epoch.facts(repeats).later == later
+    assert batch_of_one.facts(norms).failing
 
 
 def test_checkpoint_advice_names_the_resume_api_that_exists(built: dict) -> None:
@@ -68,8 +82,16 @@ def test_checkpoint_advice_names_the_resume_api_that_exists(built: dict) -> None
 
 def test_answers_name_a_missing_finding(built: dict) -> None:
     partial = {name: finding for name, finding in built.items() if name != "set-epoch"}
-    with pytest.raises(KeyError, match="the answers need the finding 'set-epoch'"):
+    with pytest.raises(KeyError, match="the finding 'set-epoch' is needed but was not built"):
         answers(partial)
+
+
+def test_the_split_and_evaluation_rows_agree_on_uneven(built: dict) -> None:
+    """Splitting rules out uneven splits for training; evaluation recommends them."""
+    rows = answers(built).set_index("if you are doing")
+    split = rows.loc["splitting data across ranks", "use"]
+    assert 'not ours with `tail="uneven"`' in split and "evaluation gathered once" in split
+    assert 'tail="uneven"' in rows.loc["evaluation", "use"]
 
 
 def test_every_api_the_answers_name_exists(built: dict) -> None:

@@ -116,7 +116,14 @@ def test_defaults_and_large() -> None:
         (["--sizes", "10", "10"], "--sizes must not repeat a value, got [10, 10]"),
         (["--world-sizes", "8", "0"], "--world-sizes must all be at least 1, got 0"),
         (["--world-sizes", "2", "2"], "--world-sizes must not repeat a value, got [2, 2]"),
-        (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+        (["--repeats", "0"], "--repeats must be at least 1 and at most 20, got 0"),
+        (["--repeats", "21"], "--repeats must be at least 1 and at most 20, got 21"),
+        (["--world-sizes", "65537"], "--world-sizes must all be at most 65536, got 65537"),
+        (["--num-workers", "17"], "--num-workers must all be at most 16, got 17"),
+        (["--sizes", *map(str, range(1, 10))], "--sizes takes at most 8 values, got 9"),
+        (["--timeout", "0"], "--timeout must be a number of seconds in (0, 3600], got 0.0"),
+        (["--timeout", "7200"], "--timeout must be a number of seconds in (0, 3600]"),
+        (["--record", "--sizes", "1000"], "--record measures the report's grid (the defaults)"),
         (["--repeats", "x"], "argument --repeats: invalid int value: 'x'"),
         (["--num-workers", "-1"], "--num-workers must all be at least 0, got -1"),
         (["--num-workers", "0", "0"], "--num-workers must not repeat a value, got [0, 0]"),
@@ -157,6 +164,20 @@ def test_output_never_replaces_a_file(
     code, _, err = cli(capsys, *small, "--output", str(tmp_path / "file"))
     assert code == 2 and f"--output must be a directory, got the file {tmp_path / 'file'}" in err
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_output_is_checked_before_measuring(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(grid_module, "measure", _never)
+    (tmp_path / "file").write_text("mine")
+    inside_a_file = tmp_path / "file" / "results"
+    code, out, err = cli(capsys, "--output", str(inside_a_file))
+    assert (code, out) == (2, "")
+    assert (
+        f"--output {inside_a_file} cannot be created: {tmp_path / 'file'} is not a directory" in err
+    )
+    assert not inside_a_file.exists()
 
 
 def _never(probe: Probe, timeout: float) -> dict[str, Any]:
@@ -369,15 +390,110 @@ def test_the_speed_prose_quotes_its_run() -> None:
     """The prose reads its numbers from the run's table (here: the stand-in's)."""
     from studies.findings import speed
 
-    frame = fake_frame(sizes=(10**7,), worlds=speed.GRID.world_sizes)
+    grid = Grid(sizes=(10**7,), world_sizes=(1, 8, 64), repeats=2, num_workers=(0, 2))
+    frame = run_grid(grid, available=10**12, measure_one=fake_measure)
     facts = {"cores": "2", "torch": "x"}
-    prose = speed._prose(frame, facts, constant_statuses(frame))
-    assert prose.startswith("Measured on: cores 2, torch x. At 10,000,000 samples on 8 ranks")
+    prose = speed._prose(frame, grid, facts, constant_statuses(frame))
+    assert prose.startswith("Recorded on: cores 2, torch x. At 10,000,000 samples on 8 ranks")
     assert "the time to the first index is 400 ms for the stock sampler, 200 ms for ours" in prose
-    assert "ours takes 2.00 x the floor and the stock sampler 4.00 x" in prose
-    assert "the floor itself took from 100 to 100 ms" in prose
-    assert "480 MB for the stock sampler, 90 MB for ours, 80 MB for the floor" in prose
-    assert "and 40 MB for int32 `randperm` (ours / floor 1.12, stock / floor 6.00)" in prose
+    assert "So ours takes 2.00 x its int32 floor and the stock sampler 4.00 x its int64" in prose
+    assert "the int64 draw itself took from 100 to 100 ms" in prose
+    assert "480 MB for the stock sampler, 90 MB for ours, 80 MB for the int64 draw" in prose
+    assert "40 MB for the int32 draw (ours / int32 draw 2.25, stock / int64 draw 6.00)" in prose
     assert "takes ours 1.50 x the stock sampler's time" in prose
     assert "after 400 ms (stock) and 200 ms (ours) with `num_workers=0`" in prose
     assert "The feistel variant was not measured anywhere: unavailable: TypeError" in prose
+    claim = speed._claim(frame, grid, facts)
+    assert "ours took 2.00 x the time of its own draw" in claim
+    assert "the stock sampler 4.00 x the int64 draw it makes" in claim
+
+
+def test_the_speed_claim_quotes_the_recorded_run() -> None:
+    """The claim's ratios are those of the committed record's medians."""
+    from studies.bench.record import load
+    from studies.findings import build, speed
+
+    recorded = load()
+    frame = recorded.frame
+    finding = build(speed)
+
+    def median(quantity: str, variant: str) -> float:
+        rows = frame[
+            (frame["quantity"] == quantity)
+            & (frame["dataset size"] == max(recorded.grid.sizes))
+            & (frame["world size"] == speed.QUOTED_WORLD_SIZE)
+            & (frame["variant"] == variant)
+        ]
+        assert (rows["status"] == "ok").all()
+        return float(rows["median"].iloc[0])
+
+    first = median("first index", "ours") / median("first index", speed.OURS_FLOOR)
+    assert f"ours took {first:.2f} x the time of its own draw" in finding.claim
+    stock = median("first index", "stock") / median("first index", "randperm int64")
+    assert f"the stock sampler {stock:.2f} x the int64 draw it makes" in finding.claim
+    assert all(value in finding.claim for value in recorded.machine.values())
+
+
+def test_a_record_reads_back_exactly(tmp_path: Path) -> None:
+    from studies.bench.record import RecordError, load, record_text, save
+
+    grid = Grid(sizes=(10**3, 10**4), world_sizes=(1, 8), repeats=2, num_workers=(0, 2))
+    frame = run_grid(grid, available=10**12, measure_one=fake_measure)
+    path = tmp_path / "record.json"
+    save(record_text(frame, grid, {"cores": "2"}), path)
+    again = load(path)
+    assert again.grid == grid and again.machine == {"cores": "2"}
+    pd.testing.assert_frame_equal(again.frame, frame)
+    assert [type(v) for v in again.frame["median"]] == [type(v) for v in frame["median"]]
+    save(record_text(frame, grid, {"cores": "4"}), path)  # its own file: replaced
+    assert load(path).machine == {"cores": "4"}
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}")
+    with pytest.raises(RecordError, match="is not a recorded bench run: not replaced"):
+        save(record_text(frame, grid, {}), mine)
+    assert mine.read_text() == "{}"
+    with pytest.raises(RecordError, match="no 'generated_by' mark"):
+        load(mine)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_measuring_processes(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    root = Path(__file__).resolve().parents[1]
+    environment = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "studies.cli", "bench", "--sizes", "1e7"]
+    command += ["--world-sizes", "1", "--repeats", "3", "--num-workers", "0"]
+    bench = subprocess.Popen(
+        command, env=environment, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        parent = psutil.Process(bench.pid)
+        deadline = time.monotonic() + 120
+        measuring: list[psutil.Process] = []
+        while time.monotonic() < deadline and not measuring:
+            measuring = [
+                child
+                for child in parent.children(recursive=True)
+                if "studies.bench.probe" in " ".join(child.cmdline())
+            ]
+            time.sleep(0.2)
+        assert measuring, "no measuring process started"
+        family = parent.children(recursive=True)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+        assert bench.returncode == 143, err
+        assert b"interrupted" in err
+        _, alive = psutil.wait_procs(family, timeout=10)
+        assert not alive, alive
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()

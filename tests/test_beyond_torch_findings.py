@@ -21,7 +21,7 @@ from torch.utils.data import RandomSampler, WeightedRandomSampler
 
 from samplers import DistributedSamplerWrapper
 from studies import findings
-from studies.distributed import unsharded_evaluation
+from studies.distributed import collection, unsharded_evaluation
 from studies.evaluation import (
     SCORE_LEVELS,
     is_correct,
@@ -30,7 +30,8 @@ from studies.evaluation import (
     score,
     zip_and_truncate,
 )
-from studies.findings import exact_evaluation, tail_policies, wrapped_samplers, zip_collection
+from studies.findings import exact_evaluation, tail_policies, wrapping_samplers
+from studies.findings import zip_and_truncate as zip_finding
 
 # --- ROC AUC ------------------------------------------------------------------------------
 
@@ -180,29 +181,45 @@ def test_zip_and_truncate_loses_the_last_round_of_uneven_parts(size: int, world:
     assert zip_and_truncate(equal, size) == list(range(size))
 
 
-def test_zip_and_truncate_loses_samples() -> None:
+@pytest.mark.processes
+@pytest.mark.timeout(300)
+def test_zip_and_truncate_loses_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     assert zip_and_truncate([["a", "c"], ["b", "d"]], 3) == ["a", "b", "c"]
     assert zip_and_truncate([["a", "c", "e"], ["b", "d"]], 5) == ["a", "b", "c", "d"]
     with pytest.raises(ValueError, match="dataset_size must be at least 0, got -1"):
         zip_and_truncate([[1]], -1)
+    pytest.importorskip("mmengine", reason="mmengine (the peers extra) is not installed")
 
-    finding = findings.build(zip_collection)
-    frame = finding.tables[0].frame
-    lost = "zip and truncate: samples lost"
-    per_sampler = dict(tuple(frame.groupby("sampler")))
-    stock = per_sampler["stock, padding"]
-    assert not stock["part lengths differ"].any()
-    assert (stock[[c for c in frame.columns if c.startswith("zip")]] == 0).all().all()
-    uneven = per_sampler['ours, tail="uneven"']
-    assert (uneven[lost] == uneven["dataset size"] % uneven["world size"]).all()
-    assert (uneven[lost] > 0).sum() >= 100
-    batched_pad = per_sampler[f'DistributedBatchSampler({zip_collection.BATCH_SIZE}), tail="pad"']
-    assert (batched_pad["zip and truncate: extra copies"] > 0).any()  # repeats, too
-    assert (frame[[c for c in frame.columns if c.startswith("unshard")]] == 0).all().all()
-    sizes, worlds = zip_collection.DATASET_SIZES, zip_collection.WORLD_SIZES
-    assert len(frame) == len(zip_collection.SAMPLERS) * len(sizes) * len(worlds)
-    assert f"up to {int(uneven[lost].max())} at once" in finding.prose
-    assert f"unshard was wrong in 0 of {len(frame)} configurations" in finding.prose
+    sizes, worlds = (1, 2, 3, 5, 8, 13, 33, 101), (2, 3, 8)
+    measured = collection.measure(dataset_sizes=sizes, world_sizes=worlds, timeout=120)
+    assert len(measured) == len(collection.SAMPLERS) * len(sizes) * len(worlds) * 3
+    monkeypatch.setattr(zip_finding, "measure", lambda: measured)
+    finding = findings.build(zip_finding)
+    shown = finding.tables[0].frame
+    assert shown["collection"].tolist() == [
+        zip_finding.COLLECTION_WORDS[name] for name in measured["collection"]
+    ]
+
+    # The claim's conditions, against the table.
+    def rows(sampler: str, collection_name: str) -> pd.DataFrame:
+        return measured[
+            (measured["sampler"] == sampler) & (measured["collection"] == collection_name)
+        ]
+
+    wrong = collection.WRONG
+    stock = rows(zip_finding.STOCK, "zip")
+    assert not stock["part lengths differ"].any() and (stock[wrong] == 0).all()
+    uneven = rows(zip_finding.UNEVEN, "zip")
+    remainder = uneven["dataset size"] % uneven["world size"]
+    assert (uneven[collection.LOST] == remainder).all() and (uneven[wrong] > 0).any()
+    assert (uneven[collection.REPEATED] == 0).all()  # lost, not repeated
+    assert (rows(zip_finding.UNEVEN, "mmengine")[wrong] == 0).all()  # zip_longest: exact
+    for batched in zip_finding.BATCHED:
+        for name in ("zip", "mmengine"):
+            assert (rows(batched, name)[wrong] > 0).any(), (batched, name)
+    assert (rows(zip_finding.BATCHED[-1], "mmengine")[collection.REPEATED] > 0).any()
+    assert (measured[measured["collection"] == "gather_unsharded"][wrong] == 0).all()
+    assert f"mmengine {zip_finding.mmengine_version()}'s collect_results" in finding.claim
 
 
 # --- wrapping any sampler -------------------------------------------------------------------
@@ -231,18 +248,24 @@ def test_wrapped_streams_overlap_unless_seeded() -> None:
             assert torch.equal(torch.random.get_rng_state(), state)
         assert sorted(itertools.chain(*parts)) == list(range(40)), world
 
-    finding = findings.build(wrapped_samplers)
+    pytest.importorskip("lightning", reason="Lightning (the peers extra) is not installed")
+    finding = findings.build(wrapping_samplers)
     frame = finding.tables[0].frame
-    ours = frame[frame["pattern"] == wrapped_samplers.OURS]
-    common_rows = frame[frame["pattern"] == wrapped_samplers.COMMON]
+    ours = frame[frame["pattern"] == wrapping_samplers.OURS]
+    common_rows = frame[frame["pattern"] == wrapping_samplers.COMMON]
+    lightning = frame[frame["pattern"] == wrapping_samplers.LIGHTNING]
     assert set(frame["world size"]) == set(range(2, 17))
     assert frame["wrapped sampler"].nunique() == 3
-    assert (ours[[wrapped_samplers.ON_SEVERAL, wrapped_samplers.NEVER]] == 0).all().all()
-    assert ours[wrapped_samplers.EXACT].all() and (ours[wrapped_samplers.STREAMS] == 1).all()
-    assert (common_rows[wrapped_samplers.NEVER] > 0).all()
-    assert (common_rows[wrapped_samplers.ON_SEVERAL] > 0).all()
-    assert (common_rows[wrapped_samplers.STREAMS] == common_rows["world size"]).all()
-    assert not common_rows[wrapped_samplers.EXACT].any()
+    # Lightning's wrapper under per-rank seeding: another stream per rank, samples lost.
+    assert (lightning[wrapping_samplers.STREAMS] == lightning["world size"]).all()
+    assert (lightning[wrapping_samplers.NEVER] > 0).all()
+    assert not lightning[wrapping_samplers.EXACT].any()
+    assert (ours[[wrapping_samplers.ON_SEVERAL, wrapping_samplers.NEVER]] == 0).all().all()
+    assert ours[wrapping_samplers.EXACT].all() and (ours[wrapping_samplers.STREAMS] == 1).all()
+    assert (common_rows[wrapping_samplers.NEVER] > 0).all()
+    assert (common_rows[wrapping_samplers.ON_SEVERAL] > 0).all()
+    assert (common_rows[wrapping_samplers.STREAMS] == common_rows["world size"]).all()
+    assert not common_rows[wrapping_samplers.EXACT].any()
     assert f"no sample was on more than one rank in {len(ours)} of {len(ours)}" in finding.prose
 
 
@@ -251,7 +274,9 @@ def test_wrapped_streams_overlap_unless_seeded() -> None:
 
 def test_tail_policy_prose_counts_are_consistent() -> None:
     frame, identical = tail_policies.measure()
-    prose = tail_policies.describe(frame, tail_policies.table(frame), identical)
+    summary = tail_policies.table(frame)
+    found = tail_policies.facts(summary, identical, len(frame) // frame["sampler"].nunique())
+    prose = tail_policies.describe(frame, found)
     unequal, batch_one, larger, below = map(
         int,
         re.search(
@@ -280,18 +305,34 @@ def test_tail_policy_table() -> None:
         assert table.loc[name, tail_policies.DROPPED] == 0
     for name in (tail_policies.STOCK_DROP, tail_policies.OURS_DROP):
         assert table.loc[name, tail_policies.DROPPED] == worst_trim
-    once = table[table[tail_policies.ONCE] == "yes"].index.tolist()
-    assert once == ['DistributedSampler, tail="uneven"', 'DistributedBatchSampler, tail="uneven"']
-    unequal = table[table[tail_policies.EQUAL] == "no"].index.tolist()
-    assert unequal == ['DistributedSampler, tail="uneven"']
+    # Every sample exactly once in every configuration: the two uneven tails only.
+    every = f"{len(grid)} of {len(grid)}"
+    once = table[table[tail_policies.ONCE] == every].index.tolist()
+    assert once == [tail_policies.UNEVEN, tail_policies.BATCHED_UNEVEN]
+    # Equal batch counts everywhere except the uneven tails; the batch sampler's unequal
+    # ones all have fewer samples than ranks or batch size 1, as its claim says.
+    unequal = table[table[tail_policies.UNEQUAL] > 0].index.tolist()
+    assert unequal == [tail_policies.UNEVEN, tail_policies.BATCHED_UNEVEN]
+    assert table.loc[tail_policies.BATCHED_UNEVEN, tail_policies.UNEQUAL_LARGE] == 0
+    assert table.loc[tail_policies.UNEVEN, tail_policies.UNEQUAL_LARGE] > 0
+    batched = frame[frame["sampler"] == tail_policies.BATCHED_UNEVEN]
+    odd = batched[~batched["equal"]]
+    assert ((odd["dataset size"] < odd["world size"]) | (odd["batch size"] == 1)).all()
+    assert len(odd) == table.loc[tail_policies.BATCHED_UNEVEN, tail_policies.UNEQUAL]
+    # The drop batch sampler can drop a whole epoch: N=16, W=8, B=4 drops all 16.
+    drop = frame[frame["sampler"] == tail_policies.BATCHED_DROP].set_index(
+        ["dataset size", "world size", "batch size"]
+    )
+    assert drop.loc[(16, 8, 4), "dropped"] == 16 and drop.loc[(16, 8, 4), "no batch"]
+    assert table.loc[tail_policies.BATCHED_DROP, tail_policies.EMPTY] == int(drop["no batch"].sum())
     full = table[table[tail_policies.SMALLEST] == "1.00"].index.tolist()
-    assert full == ['DistributedBatchSampler, tail="pad"', 'DistributedBatchSampler, tail="drop"']
+    assert full == ['DistributedBatchSampler, tail="pad"', tail_policies.BATCHED_DROP]
     # The batch-aware uneven layout: no batch below B // 2 once N >= W * B.
-    assert float(table.loc['DistributedBatchSampler, tail="uneven"', tail_policies.SMALLEST]) >= 0.5
-    exact = table[table[tail_policies.USE].str.contains("per-batch collectives \\(no hang")]
-    assert exact.index.tolist() == ['DistributedBatchSampler, tail="uneven"']
+    assert float(table.loc[tail_policies.BATCHED_UNEVEN, tail_policies.SMALLEST]) >= 0.5
     drop_in = table[table[tail_policies.USE].str.contains("drop-in")].index.tolist()
     assert drop_in == [tail_policies.OURS_PAD, tail_policies.OURS_DROP]
+    finding = findings.build(tail_policies)
+    assert f"skipped up to {worst_trim}" in finding.claim
 
     # By hand, 5 samples on 2 ranks, batch size 2: stock padding repeats sample 0.
     by_rank = tail_policies.batches(tail_policies.LOADERS[tail_policies.STOCK_PAD], 5, 2, 2)
@@ -303,21 +344,27 @@ def test_tail_policy_table() -> None:
 
 def test_use_when_reads_the_numbers() -> None:
     row = {
-        tail_policies.ONCE: "yes",
-        tail_policies.EQUAL: "no",
+        tail_policies.ONCE: "96 of 96",
+        tail_policies.UNEQUAL: 51,
+        tail_policies.UNEQUAL_LARGE: 11,
         tail_policies.SMALLEST: "0.25",
         tail_policies.DROPPED: 0,
+        tail_policies.REPEATED: 0,
+        tail_policies.EMPTY: 0,
     }
     assert tail_policies.use_when(row, "x").startswith("exact evaluation gathered once")
-    row[tail_policies.EQUAL] = "yes"
+    row[tail_policies.UNEQUAL_LARGE] = 0
+    assert "when N ≥ W and B ≥ 2" in tail_policies.use_when(row, "x")
+    row[tail_policies.UNEQUAL] = 0
     assert tail_policies.use_when(row, "x").startswith("exact evaluation with per-batch")
-    row[tail_policies.ONCE], row[tail_policies.DROPPED] = "no", 3
+    row[tail_policies.ONCE], row[tail_policies.DROPPED] = "14 of 96", 3
     assert tail_policies.use_when(row, "x") == (
-        "training without repeats (a few samples skipped each epoch)"
+        "training without repeats (up to 3 samples skipped)"
     )
-    row[tail_policies.SMALLEST] = "1.00"
-    assert tail_policies.use_when(row, tail_policies.OURS_DROP).endswith(
-        "full batches; drop-in for the stock sampler"
+    row[tail_policies.SMALLEST], row[tail_policies.EMPTY] = "1.00", 2
+    assert tail_policies.use_when(row, tail_policies.OURS_DROP) == (
+        "training without repeats (up to 3 samples skipped; 2 epochs emptied), full batches; "
+        "drop-in for the stock sampler"
     )
-    row[tail_policies.EQUAL] = "no"
+    row[tail_policies.UNEQUAL] = 4
     assert tail_policies.use_when(row, "x") == "nothing measured here"

@@ -84,6 +84,32 @@ def test_options_reach_the_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert [row["indices"] for row in rows][:2] == [[0, 1, 2, 3], [4]]
 
 
+def test_our_layouts_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tail and --sampler run ours; every sample once with uneven; the fixes name them."""
+    shape = ("--dataset-size", "1e1", "--world-size", "4", "--batch-size", "2", "--epochs", "1")
+    _, out, _ = run(capsys, "explain", *shape, "--tail", "uneven", "--format", "json")
+    answer = json.loads(out)
+    case = Case(10, 4, 2, epochs=1, implementation="samplers", tail="uneven")
+    assert answer["rows"] == expected_rows(case)
+    assert {row["tail"] for row in answer["rows"]} == {"uneven"}
+    assert answer["summary"]["duplicated_samples"] == answer["summary"]["dropped_samples"] == 0
+    uneven = next(v for v in answer["verdicts"] if v["name"] == "uneven-batch-counts")
+    assert "--sampler batch --tail uneven" in uneven["fix"]
+
+    _, out, _ = run(
+        capsys, "explain", *shape, "--sampler", "batch", "--tail", "uneven", "--format", "json"
+    )
+    answer = json.loads(out)
+    batched = Case(10, 4, 2, epochs=1, implementation="samplers", tail="uneven", sampler="batch")
+    assert answer["rows"] == expected_rows(batched)
+    assert {row["sampler_kind"] for row in answer["rows"]} == {"batch"}
+    assert not answer["summary"]["uneven_batches"]
+
+    _, out, _ = run(capsys, *BASE, "--format", "json")  # the stock sampler pads
+    padded = next(v for v in json.loads(out)["verdicts"] if v["name"] == "padded-duplicates")
+    assert 'use ours with tail="uneven" (--implementation samplers --tail uneven)' in padded["fix"]
+
+
 def test_table_lists_batches_summary_and_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, *BASE)
     assert code == 0
@@ -271,22 +297,97 @@ def test_an_unwritable_output_fails_at_once_in_one_line(
         locked.chmod(0o700)
 
 
+def _part_a() -> dict[str, bytes]:
+    return {"a": b""}
+
+
+def _part_b() -> dict[str, bytes]:
+    return {"b": b""}
+
+
 def test_progress_is_one_line_per_part_when_stderr_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from studies.report import _with_progress
+    from studies.parts import Part, run_parts
 
-    steps = [("cases", lambda: {"a": b""}), ("padding", lambda: {"b": b""})]
-    assert [step() for step in _with_progress(steps, progress=True)] == [
-        {"a": b""},
-        {"b": b""},
-    ]
-    assert capsys.readouterr().err.splitlines() == [
+    parts = [Part("cases", _part_a), Part("padding", _part_b)]
+    done = run_parts(parts, progress=True)
+    assert [result for result, _ in done] == [{"a": b""}, {"b": b""}]
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.rsplit(", ", 1)[0] for line in lines] == [
         "dsampler report: 1/2 cases",
         "dsampler report: 2/2 padding",
     ]
-    list(_with_progress(steps, progress=False))
+    assert all(line.endswith(" s") for line in lines)  # each with the seconds it took
+    run_parts(parts, progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.timeout(120)
+def test_parts_in_worker_processes_come_back_in_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from studies.parts import Part, run_parts
+
+    parts = [Part(f"part {n}", _part_b if n % 2 else _part_a) for n in range(4)]
+    done = run_parts(parts, workers=2)
+    assert [result for result, _ in done] == [{"a": b""}, {"b": b""}] * 2
+
+
+def test_report_names_the_extra_it_needs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import studies.extras as extras
+    import studies.report
+
+    monkeypatch.setattr(studies.report, "render", _refuse_to_render)
+    monkeypatch.setitem(extras.EXTRAS, "peers", (*extras.EXTRAS["peers"], "no_such_peer_lib"))
+    code, out, err = run(capsys, "report", "--output", str(tmp_path / "reports"))
+    assert (code, out) == (1, "")
+    assert "dsampler report: error: the report needs its extras: no_such_peer_lib is not" in err
+    assert "install the peers extra" in err and "-e '.[peers]'" in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_failed_report_writes_nothing_and_a_rerun_is_accepted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import studies.report
+
+    def failing(progress: bool = False) -> dict[str, bytes]:
+        raise RuntimeError("a finding failed")
+
+    output = tmp_path / "reports"
+    monkeypatch.setattr(studies.report, "render", failing)
+    with pytest.raises(RuntimeError, match="a finding failed"):
+        run(capsys, "report", "--output", str(output), "--no-progress")
+    assert list(tmp_path.iterdir()) == []  # no directory, no temporary one
+
+    stamp = studies.report.finding_header.__globals__["_STAMP"]
+    generated = {"README.md": f"{stamp}\n# index\n".encode(), "cases.csv": b"a\n1\n"}
+    monkeypatch.setattr(studies.report, "render", lambda progress=False: dict(generated))
+    real_replace = studies.report.os.replace
+    calls: list[str] = []
+
+    def interrupted(source: str, target: Any) -> None:  # the second file fails to land
+        calls.append(str(target))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real_replace(source, target)
+
+    code, _, _ = run(capsys, "report", "--output", str(output), "--no-progress")
+    assert code == 0 and sorted(p.name for p in output.iterdir()) == ["MANIFEST", *generated]
+    generated["cases.csv"] = b"a\n2\n"
+    generated["README.md"] += b"changed\n"
+    monkeypatch.setattr(studies.report.os, "replace", interrupted)
+    code, _, err = run(capsys, "report", "--output", str(output), "--no-progress")
+    assert code == 130 and "dsampler report: interrupted" in err  # Ctrl-C
+    monkeypatch.setattr(studies.report.os, "replace", real_replace)
+    assert not [p for p in output.iterdir() if p.name.endswith(".partial")]
+    assert studies.report.is_generated(output)  # the old MANIFEST is still there
+    code, _, err = run(capsys, "report", "--output", str(output), "--no-progress")
+    assert (code, err) == (0, "")
+    assert (output / "cases.csv").read_bytes() == b"a\n2\n"
 
 
 @pytest.mark.parametrize(
@@ -298,8 +399,21 @@ def test_progress_is_one_line_per_part_when_stderr_is_not_a_terminal(
         (["--epochs", "0"], "--epochs must be at least 1, got 0"),
         (["--seed", str(-(2**63) - 1)], f"--seed must be at least {-(2**63)}, got"),
         (["--seed", str(2**64 - 1)], "--seed must keep seed + epoch within"),
-        (["--dataset-size", "100001"], "--dataset-size must be at most 100000 for explain"),
+        (
+            ["--dataset-size", "100001"],
+            "--dataset-size times --epochs must be at most 200,000, got 100001 x 2 = 200,002",
+        ),
+        (["--dataset-size", "1e5", "--epochs", "3"], "got 100000 x 3 = 300,000"),
         (["--dataset-size", "100001"], "--summary takes any size"),
+        (["--dataset-size", "1.5e3"], "argument --dataset-size: invalid size '1.5e3'"),
+        (
+            ["--world-size", "1024", "--epochs", "3"],
+            "--world-size times --epochs must be at most 2,048, got 1024 x 3 = 3,072",
+        ),
+        (["--tail", "uneven", "--implementation", "torch"], "need implementation samplers"),
+        (["--tail", "pad", "--drop-last"], "--drop-last contradicts --tail pad"),
+        (["--sampler", "batch", "--loader-drop-last"], "--loader-drop-last needs sampler index"),
+        (["--tail", "uneven", "--summary"], "--tail uneven and --sampler batch give ranks"),
         (["--dataset-size", str(2**63), "--summary"], "--dataset-size must be at most 2**63"),
         (["--num-workers", "-1"], "--num-workers must be at least 0 and at most 16, got -1"),
         (["--num-workers", "17"], "--num-workers must be at least 0 and at most 16, got 17"),
@@ -444,3 +558,16 @@ def test_csv_and_json_carry_the_same_rows(
     if records:
         assert from_csv.to_dict("records") == records
     assert records == table.to_dict("records")
+
+
+def test_the_console_names_the_study_extra_when_a_module_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import studies.extras as extras
+    from studies.console import main as console_main
+
+    monkeypatch.setitem(extras.EXTRAS, "study", (*extras.EXTRAS["study"], "no_such_study_lib"))
+    assert console_main(["--help"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dsampler: error: no_such_study_lib is not installed: install the")
+    assert "install the study extra" in err and err.count("\n") == 1

@@ -137,13 +137,53 @@ def test_readme_mesh_example_is_exact_under_torchrun(tmp_path: Path) -> None:
         assert batches == [share[:4], share[4:]], (rank, epoch)
 
 
-def test_readme_commands_are_the_ones_ci_runs() -> None:
+
+def readme_command(name: str) -> str:
+    """The shell command between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
     text = README.read_text()
-    start, end = "<!-- test-command:start -->", "<!-- test-command:end -->"
-    assert text.count(start) == text.count(end) == 1
-    command = text.split(start)[1].split(end)[0]
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    assert text.count(start) == text.count(end) == 1, name
+    block = text.split(start)[1].split(end)[0]
+    lines = [line for line in block.strip().splitlines() if not line.startswith("```")]
+    assert len(lines) == 1, block
+    return lines[0]
+
+
+def test_readme_commands_are_the_ones_ci_runs() -> None:
+    command = readme_command("test-command")
     assert "pytest" in command and "ruff check" in command
     assert "-c constraints.txt" in command
+    main = readme_command("main-command")
+    assert main.endswith("dsampler report") and "-c constraints.txt" in main
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "readme_command test-command" in ci and "readme_command main-command" in ci
+    assert "git clone" in ci and "status --porcelain -- reports" in ci
+
+
+def _extras() -> dict[str, list[str]]:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    return {
+        extra: [re.split(r"[<>=!~\[ ]", requirement, maxsplit=1)[0] for requirement in names]
+        for extra, names in project["optional-dependencies"].items()
+    }
+
+
+def test_the_main_command_installs_what_the_report_imports() -> None:
+    """Its extras hold every module the report checks for (hypothesis included), and
+    the report checks the extras the main command installs."""
+    from studies.extras import EXTRAS
+
+    main = readme_command("main-command")
+    installed = re.search(r"-e '\.\[([a-z,]+)\]'", main)
+    assert installed is not None, main
+    extras = installed.group(1).split(",")
+    declared = _extras()
+    assert sorted(extras) == sorted(EXTRAS) == ["peers", "study"]
+    for extra in extras:
+        assert sorted(EXTRAS[extra]) == sorted(declared[extra]), extra
+    assert "hypothesis" in declared["study"]
 
 
 def test_readme_shows_the_generated_tail_policy_table() -> None:
@@ -260,3 +300,17 @@ def test_readme_lightning_recipe_is_exact_and_checkpoints_the_sampler(tmp_path: 
 def test_readme_nodes_recipe_is_exact_and_resumes(tmp_path: Path) -> None:
     recipe_framework("torchdata.nodes")
     check_epochs_and_resume(printed(run_recipe("frameworks-nodes", tmp_path)), 100)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_readme_exact_evaluation_example_runs_under_torchrun(tmp_path: Path) -> None:
+    from test_observe import torchrun
+
+    script = tmp_path / "evaluate.py"
+    script.write_text(readme_example("exact-evaluation"))
+    done = torchrun(str(script))
+    assert done.returncode == 0, done.stderr
+    # Rank 0 alone prints; every sample exactly once, as on one process.
+    exact = sum(index % 3 == 0 for index in range(10)) / 10
+    assert done.stdout == f"accuracy {exact:.4f} over 10 samples\n"

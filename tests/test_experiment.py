@@ -78,6 +78,10 @@ def test_simulation_reproduces_the_post() -> None:
 
     finding = build(experiment)
     assert "All 9 runs agree: each of the 40 batches the post printed" in finding.prose
+    # The post made 9 runs and printed 8: 4b printed nothing.
+    assert "made 9 runs" in finding.claim and "printed the batches of 8" in finding.claim
+    assert "(case 4b printed nothing)" in finding.claim
+    assert "lazurite.vercel.app" in finding.prose  # the post's address
     assert "004_56e07c84a9b4a6e9.txt" in finding.prose
     assert "DistributedSampler做了什么" in finding.prose  # cited by its title
     assert "in both epochs for cases 1, 2, 4a, 5a, 6 and 7" in finding.prose
@@ -139,8 +143,13 @@ def test_the_post_says_padding_repeats_the_first_sample_and_it_is_the_order_head
     for row in table.itertuples(index=False):
         order = json.loads(row[2])
         assert json.loads(row[3]) == [order[0]]  # the head of the shuffled order
-    assert not table.iloc[0]["copy = the dataset's first sample (index 0)"]
-    assert "not the dataset's first sample (index 0)" in build(experiment).prose
+    assert not table.iloc[0]["copy = index 0"]
+    finding = build(experiment)
+    # The post's rule, the first sample, names the head of the shuffled order: no
+    # correction, and the claim counts the epochs it names.
+    assert "names index 4, the head of that epoch's shuffled order" in finding.prose
+    assert "correction" not in finding.prose.lower()
+    assert "match the measured ones in all 3 epochs it names" in finding.claim
 
 
 def test_no_sampler_loader_adds_nothing_the_case_does_not_set() -> None:

@@ -28,9 +28,9 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedSampler
 from studies.cases import EXPERIMENT, Case
-from studies.distributed.agreement import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
 from studies.distributed.collectives import COLLECTIVES
 from studies.distributed.collectives import COLUMNS as COLLECTIVE_COLUMNS
+from studies.distributed.versus_simulation import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
 from studies.evaluation import estimates, exact_accuracy, is_correct, rank_results
 from studies.findings import (
     batch_of_one,
@@ -279,22 +279,33 @@ def test_distributed_samplers_give_every_rank_equal_batches() -> None:
     chunks = [range(0, 3), range(3, 5)]
     counts = [len(list(DataLoader(list(chunk), batch_size=2))) for chunk in chunks]
     assert counts == [2, 1]
-    assert equal_batches.batch_counts(equal_batches.SPLITS[CONTIGUOUS], 5, 2, 2, False) == [2, 1]
-    assert equal_batches.batch_counts(equal_batches.SPLITS[STRIDED], 3, 2, 1, False) == [2, 1]
-    for split_name, split in equal_batches.SPLITS.items():
-        if "DistributedSampler" in split_name:
-            for size, world in ((5, 2), (33, 8), (1, 4)):
-                counts = equal_batches.batch_counts(split, size, world, 4, False)
-                assert len(set(counts)) == 1, (split_name, size, world)
+    splits = equal_batches.SPLITS
+    assert equal_batches.batch_counts(splits[equal_batches.CONTIGUOUS], 5, 2, 2, False) == [2, 1]
+    assert equal_batches.batch_counts(splits[equal_batches.STRIDED], 3, 2, 1, False) == [2, 1]
+    for split_name in equal_batches.EQUAL_SHARES:
+        for size, world in ((5, 2), (33, 8), (1, 4)):
+            counts = equal_batches.batch_counts(splits[split_name], size, world, 4, False)
+            assert len(set(counts)) == 1, (split_name, size, world)
+    # Ours uneven deals as every W-th sample does: 33 samples on 8 ranks, 5 and 4 each.
+    uneven = equal_batches.batch_counts(splits[equal_batches.UNEVEN], 33, 8, 4, False)
+    assert uneven == equal_batches.batch_counts(splits[equal_batches.STRIDED], 33, 8, 4, False)
+    assert uneven == [2] + [1] * 7
+
+    # The claim's conditions, against the table.
     table = build(equal_batches).tables[0].frame
-    sampled = table["how each rank gets its part"].str.contains("DistributedSampler")
-    assert (table[sampled][equal_batches.DIFFER] == 0).all()
-    assert (table[~sampled][equal_batches.DIFFER] > 0).all()
-    assert (table[~sampled]["largest difference (batches)"] >= 1).all()
-
-
-CONTIGUOUS = "contiguous Subset chunks of ceil(N/W)"
-STRIDED = "every W-th sample: Subset(range(rank, N, W))"
+    name = table["how each rank gets its part"]
+    total = int(table["configurations"].iloc[0])
+    assert (table["configurations"] == total).all()
+    assert (table[name.isin(equal_batches.EQUAL_SHARES)][equal_batches.DIFFER] == 0).all()
+    unequal = table[~name.isin(equal_batches.EQUAL_SHARES)]
+    assert (unequal[equal_batches.DIFFER] > 0).all()
+    assert (unequal["largest difference (batches)"] >= 1).all()
+    ours = table[name == equal_batches.UNEVEN]
+    assert (ours[equal_batches.AS_STRIDED] == total).all()  # "the same counts" in every one
+    by_hand = table[name == equal_batches.STRIDED].set_index("DataLoader drop_last")
+    assert ours.set_index("DataLoader drop_last")[equal_batches.DIFFER].equals(
+        by_hand[equal_batches.DIFFER]
+    )
 
 
 # --- persistent workers -------------------------------------------------------------------
@@ -716,6 +727,27 @@ def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
     assert ours_rank.peak_to_first < stock_rank.peak_to_first / 5
 
 
+@pytest.mark.timeout(300)
+def test_the_cost_claim_holds_for_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim's conditions against the finding's own table (fewer, smaller sizes)."""
+    sizes = (10, 1_000, 10**6, 2 * 10**6)  # past the chunk on rank 7 of 8
+    measure = cost.measure_in_fresh_process
+    monkeypatch.setattr(cost, "DATASET_SIZES", sizes)
+    monkeypatch.setattr(cost, "measure_in_fresh_process", lambda: measure(sizes))
+    finding = build(cost)
+    table = finding.tables[0].frame
+    peak = table.pivot(
+        index="dataset size", columns="implementation", values="heap peak to first index"
+    )
+    previous, largest = sizes[-2], sizes[-1]
+    stock = peak.loc[largest, "torch"] / peak.loc[previous, "torch"]
+    ours = peak.loc[largest, "samplers"] / peak.loc[previous, "samplers"]
+    assert stock > 0.8 * largest / previous  # grows in proportion to the dataset
+    assert ours < 1.05  # stops growing
+    assert f"its Python-heap peak grew {stock:.2f} times" in finding.claim
+    assert f"its peak grew {ours:.4f} times" in finding.claim
+
+
 def test_crossover_names_the_first_size_from_which_ours_uses_less() -> None:
     sizes = [10, 100, 300, 1000]
     stock = pd.Series([5, 50, 150, 500], index=sizes)
@@ -839,8 +871,8 @@ def test_the_registry_labels_evidence_and_rejects_anything_else() -> None:
 
     module = types.ModuleType("studies.findings.example")
     module.NAME, module.TITLE = "example", "An example"
-    module.CLAIM, module.GUARDED_BY = "A claim.", "tests/test_findings.py::test_example"
-    module.build = lambda: registry.Evidence("prose", ())
+    module.GUARDED_BY = "tests/test_findings.py::test_example"
+    module.build = lambda: registry.Evidence("A claim.", "prose", ())
     finding = registry.build(module)
     assert (finding.name, finding.claim, finding.prose, finding.tables) == (
         "example",
@@ -848,6 +880,8 @@ def test_the_registry_labels_evidence_and_rejects_anything_else() -> None:
         "prose",
         (),
     )
+    with pytest.raises(ValueError, match="claim must be a non-empty sentence"):
+        registry.Evidence(" ", "prose", ())
     module.build = lambda: "not evidence"
     with pytest.raises(TypeError, match=r"example\.build\(\) must return Evidence"):
         registry.build(module)

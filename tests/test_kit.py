@@ -304,7 +304,29 @@ def test_cli_says_which_extra_when_hypothesis_is_missing(
 ) -> None:
     monkeypatch.setitem(sys.modules, "hypothesis", None)
     assert main(["check", "kit_samplers:ours_uneven"]) == 2
-    assert "install the test extra" in capsys.readouterr().err
+    assert "install the study extra" in capsys.readouterr().err
+
+
+def test_cli_names_the_accepted_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "kit_samplers:needs_world_size"]) == 2
+    err = capsys.readouterr().err
+    assert "kit_samplers:needs_world_size requires 'world_size', which the kit does not" in err
+    assert "a factory takes, by name, any of: dataset, num_replicas, rank, seed, batch_size" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.timeout(120)
+def test_cli_bounds_each_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    import kit_samplers as module
+
+    original = module.hanging
+    assert main(["check", "kit_samplers:hanging", "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "kit_samplers:hanging: a configuration took longer than --timeout 2 s" in err
+    assert "(the last sampler built: dataset_size=" in err
+    assert module.hanging is original  # the factory is put back
+    assert main(["check", "kit_samplers:ours_uneven", "--timeout", "0"]) == 2
+    assert "--timeout must be a number of seconds in (0, 3600], got 0.0" in capsys.readouterr().err
 
 
 def test_importing_samplers_imports_neither_the_kit_nor_its_libraries() -> None:
@@ -362,32 +384,55 @@ def test_the_matrix_finds_samplers_that_raise_for_valid_sizes_or_ignore_their_se
     assert "ZeroDivisionError" in rounded.counterexample["what"]
 
 
-def test_a_peer_that_is_not_installed_is_a_column_marked_so(
+
+def test_the_committed_matrix_shows_what_its_claim_says() -> None:
+    """The claim's conditions, against the committed table the report rendered it from."""
+    import pandas as pd
+
+    cells = Path(__file__).resolve().parents[1] / "reports" / "guarantees-cells.csv"
+    frame = pd.read_csv(cells, dtype=str, keep_default_na=False)
+    found = guarantees.facts(frame)
+    assert list(found.samplers) == [column.name for column in peers.COLUMNS]
+    assert set(found.guarantees) <= set(kit.GUARANTEES)
+    total = len(found.guarantees)
+    assert max(found.count.values()) < total  # no sampler holds them all
+    # Padding repeats, dropping loses: each sampler that pads violates exactly-once.
+    for name in ("torch", "ours pad", "ours batches pad", "mmengine round_up"):
+        assert name in found.violated["exactly-once"], name
+    for name in ("torch drop_last", "ours drop"):
+        assert name in found.violated["covers-dataset"], name
+    # Resuming is checked only through state_dict; ours resume on another world size.
+    for name in ("torch", "accelerate even", "Lightning unrepeated"):
+        assert name in found.unsupported["resumes-other-world-size"], name
+    for name in ("ours pad", "ours uneven", "ours batches uneven", "ours wrapper"):
+        assert name in found.held["resumes-other-world-size"], name
+    assert "torchdata" in found.violated["resumes-other-world-size"]
+
+
+def test_a_missing_peer_fails_the_matrix_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    missing = next(c for c in peers.COLUMNS if c.name == "torchdata")
-    monkeypatch.setitem(sys.modules, missing.module, None)  # import fails as if not installed
-    stock_column = peers.COLUMNS[0]
-    monkeypatch.setattr(guarantees, "COLUMNS", (stock_column, missing))
-    frame = guarantees.cells()
-    assert set(frame[frame["sampler"] == "torchdata"]["result"]) == {peers.NOT_INSTALLED}
-    assert set(frame[frame["sampler"] == stock_column.name]["result"]) == {
+    import studies.extras as extras
+
+    monkeypatch.setitem(extras.EXTRAS, "peers", (*extras.EXTRAS["peers"], "no_such_peer_lib"))
+    with pytest.raises(extras.MissingExtra, match=r"no_such_peer_lib is not installed.*peers"):
+        guarantees.cells()
+
+
+def test_the_matrix_keeps_every_column_in_order() -> None:
+    stock, ours = peers.COLUMNS[0], peers.COLUMNS[2]
+    frame = guarantees.cells((stock, ours))
+    assert list(dict.fromkeys(frame["sampler"])) == [stock.name, ours.name]
+    assert set(frame[frame["sampler"] == stock.name]["result"]) == {
         "held",
         "violated",
         "not supported",
     }
     wide = guarantees.matrix(frame)
-    assert list(wide.columns) == ["guarantee", stock_column.name, "torchdata"]
+    assert list(wide.columns) == ["guarantee", stock.name, ours.name]
     assert list(wide["guarantee"]) == list(kit.GUARANTEES)
-    assert set(wide["torchdata"]) == {peers.NOT_INSTALLED}
-    exactly_once = wide.set_index("guarantee").loc["exactly-once", stock_column.name]
+    exactly_once = wide.set_index("guarantee").loc["exactly-once", stock.name]
     assert exactly_once == "[violated](#where-exactly-once-fails): N=1 W=2 B=1"
-
-
-def test_a_permutation_this_version_lacks_is_marked_not_available() -> None:
-    column = peers.Column("ours other", "-", peers.ours_pad, keyword="no_such_keyword")
-    assert peers.unavailable(column) == peers.NOT_AVAILABLE
-    assert peers.unavailable(peers.COLUMNS[2]) == ""
 
 
 def test_the_readme_kit_example_runs(capsys: pytest.CaptureFixture[str]) -> None:

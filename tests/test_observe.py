@@ -99,7 +99,11 @@ def test_observe_outside_torchrun_says_how_to_start_it(
         (["--timeout", "0"], "--timeout must be a number of seconds in (0, 604800], got 0.0"),
         (["--timeout", "inf"], "--timeout must be a number of seconds in (0, 604800], got inf"),
         (["--timeout", "nan"], "--timeout must be a number of seconds in (0, 604800], got nan"),
-        (["--dataset-size", "100001"], "--dataset-size must be at most 100000 for observe"),
+        (
+            ["--dataset-size", "100001"],
+            "observe lists every batch of every epoch: --dataset-size times --epochs must be "
+            "at most 200,000",
+        ),
         (["--world-size", "3"], "unrecognized arguments: --world-size 3"),
         (["--persistent-workers"], "--persistent-workers needs --num-workers 1 or more"),
     ],

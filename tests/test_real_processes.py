@@ -12,17 +12,10 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-import studies.distributed.agreement
+import studies.distributed.versus_simulation
 from samplers.plan import EpochPlan, ShardSizes
 from studies import findings
 from studies.cases import EXPERIMENT, Case
-from studies.distributed.agreement import (
-    MATCH_COLUMNS,
-    MISMATCH_COLUMNS,
-    Comparison,
-    compare,
-    verification_runs,
-)
 from studies.distributed.case_runs import Run
 from studies.distributed.collectives import (
     COLLECTIVES,
@@ -31,6 +24,13 @@ from studies.distributed.collectives import (
     WORLD_SIZES,
     evaluation_case,
     measure,
+)
+from studies.distributed.versus_simulation import (
+    MATCH_COLUMNS,
+    MISMATCH_COLUMNS,
+    Comparison,
+    compare,
+    verification_runs,
 )
 from studies.evaluation import exact_accuracy, is_correct
 from studies.findings import collective_evaluation, real_processes
@@ -98,7 +98,7 @@ def test_compare_shows_a_mismatch_in_full(monkeypatch: pytest.MonkeyPatch) -> No
     runs = [Run(Case(5, 2, 2)), Run(Case(7, 3, 2, implementation="samplers"), 2)]
     real = [case_rows(run.case) for run in runs]
     real[1][0] = {**real[1][0], "indices": [999]}
-    monkeypatch.setattr(studies.distributed.agreement, "run_many", _returning(real))
+    monkeypatch.setattr(studies.distributed.versus_simulation, "run_many", _returning(real))
 
     result = compare(runs, labels=["good", "bad"])
 

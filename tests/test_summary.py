@@ -205,19 +205,41 @@ def test_rejects_a_table_without_the_tidy_columns() -> None:
         summarize([Case(5, 2, 4)], frame([]).drop(columns="indices"))
 
 
+def _common(draw: st.DrawFn) -> dict[str, Any]:
+    """The settings every sampler case draws alike."""
+    return {
+        "dataset_size": draw(st.integers(0, 30)),
+        "world_size": draw(st.integers(1, 5)),
+        "batch_size": draw(st.integers(1, 6)),
+        "shuffle": draw(st.booleans()),
+        "seed": draw(st.integers(0, 100)),
+        "set_epoch": draw(st.booleans()),
+        "epochs": draw(st.integers(1, 2)),
+    }
+
+
 @st.composite
 def sampler_cases(draw: st.DrawFn) -> Case:
     return Case(
-        dataset_size=draw(st.integers(0, 30)),
-        world_size=draw(st.integers(1, 5)),
-        batch_size=draw(st.integers(1, 6)),
-        shuffle=draw(st.booleans()),
-        seed=draw(st.integers(0, 100)),
+        **_common(draw),
         drop_last=draw(st.booleans()),
         loader_drop_last=draw(st.booleans()),
-        set_epoch=draw(st.booleans()),
-        epochs=draw(st.integers(1, 2)),
         implementation=draw(st.sampled_from(["torch", "samplers"])),
+    )
+
+
+@st.composite
+def our_layout_cases(draw: st.DrawFn) -> Case:
+    """Ours with tail "uneven", or the batch sampler with any tail."""
+    batch = draw(st.booleans())
+    tail = draw(st.sampled_from(["pad", "drop", "uneven"] if batch else ["uneven"]))
+    return Case(
+        **_common(draw),
+        drop_last=tail == "drop",
+        loader_drop_last=not batch and draw(st.booleans()),
+        implementation="samplers",
+        tail=tail,
+        sampler="batch" if batch else "index",
     )
 
 
@@ -431,7 +453,10 @@ def test_no_fix_that_empties_the_loader() -> None:
     case = Case(3, 3, 2)
     (batch_of_one,) = verdicts(case, summary_of(case))
     assert "drop_last=True" not in batch_of_one.fix
-    assert batch_of_one.fix == "Use at most 2 ranks, so each rank gets two or more samples."
+    assert batch_of_one.fix == (
+        'Use ours DistributedBatchSampler with tail="pad", whose batches are all full '
+        "(--implementation samplers --sampler batch --tail pad)."
+    )
 
 
 _ADVICE = (
@@ -441,10 +466,25 @@ _ADVICE = (
     (re.compile(r"use batch size (\d+)"), lambda m: {"batch_size": int(m[1])}),
     (re.compile(r"batch size of at most (\d+)"), lambda m: {"batch_size": int(m[1])}),
     (re.compile(r"[Uu]se at most (\d+) ranks?"), lambda m: {"world_size": int(m[1])}),
+    (
+        re.compile(r'DistributedBatchSampler with tail="(pad|uneven)"'),
+        lambda m: {
+            "implementation": "samplers",
+            "sampler": "batch",
+            "tail": m[1],
+            "drop_last": False,
+            "loader_drop_last": False,
+        },
+    ),
+    (re.compile(r'Use tail="pad"'), lambda m: {"drop_last": False, "tail": None}),
+    (
+        re.compile(r'use ours with tail="uneven"'),
+        lambda m: {"implementation": "samplers", "tail": "uneven", "drop_last": False},
+    ),
 )
 
 
-@given(sampler_cases())
+@given(st.one_of(sampler_cases(), our_layout_cases()))
 def test_every_fix_removes_its_problem_and_leaves_every_rank_batches(case: Case) -> None:
     """Each alternative a fix advises ("...; or ..."), simulated with all its changes,
     leaves no rank without batches, and a batch-of-one fix leaves no batch of one."""
@@ -460,3 +500,7 @@ def test_every_fix_removes_its_problem_and_leaves_every_rank_batches(case: Case)
             assert not fixed["empty_loader"], (verdict, alternative)
             if verdict.name == "batch-of-one":
                 assert not fixed["batch_of_one"], (verdict, alternative)
+            if verdict.name == "padded-duplicates":
+                assert fixed["duplicated_samples"] == 0, (verdict, alternative)
+            if verdict.name == "uneven-batch-counts":
+                assert not fixed["uneven_batches"], (verdict, alternative)

@@ -4,15 +4,28 @@
 int32) and the feistel permutation side by side (:mod:`studies.bench.grid`) and prints
 the medians, spreads and ratios; ``--format csv|json`` prints the tidy table instead.
 ``--output DIR`` also writes the table (``bench.txt``, ``bench.csv`` or ``bench.json``)
-and the picture (``bench.png``) there, refusing to replace existing files.
+and the picture (``bench.png``) there, refusing to replace existing files; it is checked
+before anything is measured. ``--record`` measures the report's grid and records the run
+for the ``speed`` finding (:mod:`studies.bench.record`).
+
+Every option is bounded, as ``explain`` bounds its inputs, and so is each measuring
+process's time (``--timeout``). Ctrl-C or SIGTERM stops the run: the measuring process
+and its DataLoader workers are killed before ``dsampler bench`` exits (status 130 or
+143), and a measuring process also kills itself at its time limit, should ``dsampler
+bench`` itself be killed outright.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from studies.interrupts import exit_status, terminated_as_interrupt
+from studies.options import size
 
 if TYPE_CHECKING:
     from studies.bench.grid import Grid
@@ -27,6 +40,13 @@ DEFAULT_WORLD_SIZES = (1, 8, 64)
 MAX_SIZE = 2**63 - 1
 DEFAULT_REPEATS = 3
 DEFAULT_NUM_WORKERS = (0, 2)
+#: Bounds: fresh processes per measurement, values per list option, ranks (one process
+#: measures the last rank), DataLoader workers, and one process's seconds.
+MAX_REPEATS = 20
+MAX_VALUES = 8
+MAX_WORLD_SIZE = 65_536
+MAX_NUM_WORKERS = 16
+MAX_TIMEOUT = 3600.0
 FORMATS = ("table", "csv", "json")
 _SUFFIX = {"table": "txt", "csv": "csv", "json": "json"}
 
@@ -45,7 +65,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     bench.set_defaults(bench_parser=bench)
     bench.add_argument(
         "--sizes",
-        type=_size,
+        type=size,
         nargs="+",
         default=list(DEFAULT_SIZES),
         metavar="N",
@@ -82,6 +102,20 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         metavar="DIR",
         help="also write the table and bench.png into DIR (existing files are not replaced)",
     )
+    bench.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds one measuring process may take (default: 60 plus 5 per million "
+        f"samples; at most {MAX_TIMEOUT:g})",
+    )
+    bench.add_argument(
+        "--record",
+        action="store_true",
+        help="measure the report's grid (the defaults) and record the run for the speed "
+        "finding (studies/data/bench_record.json)",
+    )
     return bench
 
 
@@ -93,23 +127,90 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     if max(args.sizes) > MAX_SIZE:
         raise ValueError(f"--sizes must all be at most 2**63 - 1, got {max(args.sizes)}")
     _at_least("--world-sizes", args.world_sizes, 1)
+    _at_most("--world-sizes", args.world_sizes, MAX_WORLD_SIZE)
     _distinct("--world-sizes", args.world_sizes)
     _at_least("--num-workers", args.num_workers, 0)
+    _at_most("--num-workers", args.num_workers, MAX_NUM_WORKERS)
     _distinct("--num-workers", args.num_workers)
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    for option, values in (
+        ("--sizes", sizes),
+        ("--world-sizes", args.world_sizes),
+        ("--num-workers", args.num_workers),
+    ):
+        if len(values) > MAX_VALUES:
+            raise ValueError(f"{option} takes at most {MAX_VALUES} values, got {len(values)}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise ValueError(
+            f"--repeats must be at least 1 and at most {MAX_REPEATS}, got {args.repeats}"
+        )
+    if args.timeout is not None and not 0 < args.timeout <= MAX_TIMEOUT:
+        raise ValueError(
+            f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
     if args.output is not None:
-        if args.output.exists() and not args.output.is_dir():
-            raise ValueError(f"--output must be a directory, got the file {args.output}")
-        taken = [str(path) for path in output_paths(args.output, args.format) if path.exists()]
-        if taken:
-            raise ValueError(f"--output {args.output} already holds {', '.join(taken)}")
-    return {
+        _check_output(args.output, args.format)
+    options = {
         "sizes": tuple(sorted(set(sizes))),
         "world_sizes": tuple(sorted(args.world_sizes)),
         "repeats": args.repeats,
         "num_workers": tuple(sorted(args.num_workers)),
     }
+    if args.record:
+        from studies.bench.record import GRID, RECORD, RecordError, is_record
+
+        chosen = _grid_options(GRID)
+        if options != chosen or args.output is not None:
+            raise ValueError(
+                "--record measures the report's grid (the defaults): leave out --sizes, "
+                "--large, --world-sizes, --repeats, --num-workers and --output"
+            )
+        if RECORD.exists() and not is_record(RECORD):
+            raise ValueError(f"--record: {RECORD} exists and is not a recorded run")
+        try:
+            _try_writing(RECORD.parent)
+        except RecordError as error:
+            raise ValueError(f"--record: {error}") from None
+    return options
+
+
+def _grid_options(grid: Any) -> dict[str, Any]:
+    """A :class:`studies.bench.grid.Grid`'s options as :func:`settings` returns them."""
+    return {
+        "sizes": grid.sizes,
+        "world_sizes": grid.world_sizes,
+        "repeats": grid.repeats,
+        "num_workers": grid.num_workers,
+    }
+
+
+def _check_output(directory: Path, format_: str) -> None:
+    """``--output`` must be a directory (or creatable) that takes new files, none taken."""
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"--output must be a directory, got the file {directory}")
+    taken = [str(path) for path in output_paths(directory, format_) if path.exists()]
+    if taken:
+        raise ValueError(f"--output {directory} already holds {', '.join(taken)}")
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--output {directory} cannot be created: {existing} is not a directory")
+    try:
+        _try_writing(existing)
+    except Exception as error:
+        raise ValueError(f"--output {directory} cannot be written: {error}") from None
+
+
+def _try_writing(directory: Path) -> None:
+    """Create and remove a file in ``directory``; the OS error's reason if that fails."""
+    from studies.bench.record import RecordError
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".dsampler-", dir=directory)
+    except OSError as error:
+        raise RecordError(f"{directory} cannot be written ({error.strerror})") from None
+    os.close(handle)
+    os.unlink(name)
 
 
 def output_paths(directory: Path, format_: str) -> tuple[Path, Path]:
@@ -118,11 +219,24 @@ def output_paths(directory: Path, format_: str) -> tuple[Path, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``dsampler bench``; bad options exit through the subcommand's parser (status 2)."""
+    """Run ``dsampler bench``; bad options exit through the subcommand's parser (status 2).
+
+    Ctrl-C and SIGTERM end the run with status 130 and 143, after the measuring process
+    (and its workers) has been killed.
+    """
     try:
         options = settings(args)
     except ValueError as error:
         args.bench_parser.error(str(error))
+    try:
+        with terminated_as_interrupt():
+            return _measure_and_write(args, options)
+    except KeyboardInterrupt as interrupt:
+        print("dsampler bench: interrupted; the measuring processes were stopped", file=sys.stderr)
+        return exit_status(interrupt)
+
+
+def _measure_and_write(args: argparse.Namespace, options: dict[str, Any]) -> int:
     from tqdm import tqdm
 
     from studies.bench.grid import Grid, machine_facts, run_grid
@@ -132,17 +246,23 @@ def run(args: argparse.Namespace) -> int:
 
     grid = Grid(**options)
     show = sys.stderr.isatty()
+    facts = machine_facts()  # the load average before measuring
 
     def progress(cells: Any) -> Any:
         return tqdm(cells, desc="bench", unit="process", disable=not show)
 
-    frame = run_grid(grid, progress=progress)
+    frame = run_grid(grid, progress=progress, timeout=args.timeout)
+    if args.record:
+        from studies.bench.record import RECORD, record_text, save
+
+        save(record_text(frame, grid, facts))
+        print(f"recorded {RECORD}", file=sys.stderr)
     if args.format == "csv":
         text = to_csv_text(frame)
     elif args.format == "json":
         text = to_json_text(frame)
     else:
-        text = render_text(frame, header(grid, machine_facts()))
+        text = render_text(frame, header(grid, facts))
     sys.stdout.write(text)
     if args.output is not None:
         table_path, picture_path = output_paths(args.output, args.format)
@@ -173,27 +293,16 @@ def header(grid: Grid, facts: dict[str, str]) -> str:
     )
 
 
-def _size(text: str) -> int:
-    """A dataset size written as ``1000000``, ``10**6`` or ``1e6`` (integers only)."""
-    base, power, exponent = text.partition("**")
-    if not power:
-        base, power, exponent = text.lower().partition("e")
-    try:
-        if not power:
-            return int(text)
-        if not 0 <= int(exponent) <= 64:  # a size, not a number to spend minutes on
-            raise ValueError(exponent)
-        return int(base) * 10 ** int(exponent) if power == "e" else int(base) ** int(exponent)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: give an integer such as 1000000, 10**6 or 1e6"
-        ) from None
-
-
 def _at_least(option: str, values: list[int], low: int) -> None:
     bad = [value for value in values if value < low]
     if bad:
         raise ValueError(f"{option} must all be at least {low}, got {bad[0]}")
+
+
+def _at_most(option: str, values: list[int], high: int) -> None:
+    bad = [value for value in values if value > high]
+    if bad:
+        raise ValueError(f"{option} must all be at most {high}, got {bad[0]}")
 
 
 def _distinct(option: str, values: list[int]) -> None:

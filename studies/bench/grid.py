@@ -122,16 +122,33 @@ def skip_reason(variant: str, dataset_size: int, available: int) -> str | None:
 
 
 def machine_facts() -> dict[str, str]:
-    """The machine and versions the measurements ran on."""
+    """The machine and versions the measurements ran on, and its load when asked."""
     import psutil
     import torch
 
-    return {
+    facts = {
+        "CPU": _cpu_model(),
         "cores": str(os.cpu_count()),
         "memory": f"{gigabytes(psutil.virtual_memory().total)} GB",
         "Python": platform.python_version(),
         "torch": torch.__version__,
     }
+    if hasattr(os, "getloadavg"):
+        one, five, fifteen = os.getloadavg()
+        facts["load average (1, 5, 15 min)"] = f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+    return facts
+
+
+def _cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def run_grid(
@@ -140,12 +157,15 @@ def run_grid(
     available: int | None = None,
     progress: Callable[[Sequence[Probe]], Iterable[Probe]] | None = None,
     measure_one: Callable[[Probe, float], dict[str, Any]] | None = None,
+    timeout: float | None = None,
 ) -> pd.DataFrame:
     """Measure ``grid``; one row per cell and quantity (:data:`COLUMNS`).
 
     ``available`` is the memory budget in bytes (default: psutil's available memory now).
     ``progress`` wraps the list of probes to run (e.g. a progress bar). ``measure_one``
     replaces :func:`studies.bench.probe.measure` (same signature and result).
+    ``timeout`` is the seconds one measuring process may take (default: a minute plus
+    5 s per million samples).
     """
     measure_one = measure_one or measure
     if available is None:
@@ -160,7 +180,7 @@ def run_grid(
     for cell in progress(todo) if progress else todo:
         if cell in final:
             continue
-        result = measure_one(cell, _timeout(cell.dataset_size))
+        result = measure_one(cell, timeout or _timeout(cell.dataset_size))
         if result["status"].startswith("unavailable"):
             final[cell] = result["status"]
         results[cell].append(result)

@@ -77,7 +77,9 @@ def draw(figure: Figure, frame: pd.DataFrame) -> None:
             if column == 0:
                 panel.set_ylabel(label)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    # Two entries per column of panels fit across the figure; more would be clipped.
+    columns = min(len(labels), 2 * len(worlds))
+    figure.legend(handles, labels, loc="outside lower center", ncols=columns, frameon=False)
 
 
 def _median(rows: pd.DataFrame, size: int, scale: float) -> float:

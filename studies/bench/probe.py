@@ -39,7 +39,9 @@ the variant is built, it fails instead of reporting a number the mark could hide
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -88,14 +90,17 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
     The result always has ``"status"``: ``"ok"`` (then also ``first_s``, and for a
     sampler ``epoch_s``, ``peak_bytes`` and ``baseline_bytes``),
     ``"unavailable: <error>"`` or ``"failed: <reason>"``. After ``timeout`` seconds the
-    launcher and the child are killed (they run in their own session).
+    launcher and the child are killed (they run in their own session); so they are when
+    anything interrupts the wait (Ctrl-C, SIGTERM turned into an exception), before the
+    exception goes on. The child also stops itself once ``timeout`` has passed (an alarm
+    it sets), so it cannot outlive a parent that was killed outright.
     """
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [
         sys.executable, "-S", "-c", _LAUNCHER,
-        sys.executable, "-m", __name__, json.dumps(asdict(probe)),
+        sys.executable, "-m", __name__, json.dumps(asdict(probe)), str(math.ceil(timeout) + 5),
     ]  # fmt: skip
     with subprocess.Popen(
         command,
@@ -108,9 +113,11 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            _kill(process)
             return {"status": f"failed: timed out after {timeout:g} s"}
+        except BaseException:
+            _kill(process)
+            raise
     if process.returncode != 0:
         lines = err.strip().splitlines() or [f"exit code {process.returncode}"]
         return {"status": f"failed: {lines[-1]}"}
@@ -119,6 +126,13 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"status": f"failed: the measuring process printed {out[:200]!r}"}
     return result
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    """SIGKILL the launcher's session (the child and its workers too), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
 
 
 def run(probe: Probe) -> dict[str, Any]:
@@ -182,6 +196,8 @@ def _high_water_mark(resource: Any) -> int:
 
 def _main(argv: list[str]) -> int:
     probe = Probe(**json.loads(argv[0]))
+    if len(argv) > 1:
+        signal.alarm(int(argv[1]))  # the default action ends the process at the limit
     print(json.dumps(run(probe)))
     return 0
 

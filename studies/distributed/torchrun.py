@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from studies.cases import Case
-from studies.distributed.agreement import Agreement, agreement
 from studies.distributed.case_runs import Run, observe_on_rank
+from studies.distributed.versus_simulation import Agreement, agreement
 from studies.simulate import tidy_rows
 
 __all__ = [

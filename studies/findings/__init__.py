@@ -1,8 +1,12 @@
 """The findings: named, generated sections of the reports, each built from measurements.
 
-Guarantee: every number a finding shows (in its tables, its prose and its pictures) is
-computed by its ``build()`` from what the samplers and DataLoaders actually yield, or
-from what was measured while they ran; nothing is typed in by hand.
+Guarantee: every number a finding shows (in its claim, its prose, its tables and its
+pictures) is computed by its ``build()`` from what the samplers and DataLoaders actually
+yield, or from what was measured while they ran; nothing is typed in by hand. So are the
+quantifiers of its claim and prose ("every", "none", "only"): they come from counts over
+its tables (:mod:`studies.findings.wording`), so a sentence never says more than its
+table shows, and the test named by ``GUARDED_BY`` states each claim's condition against
+the table, so a claim that stops holding fails the build.
 
 How to add a finding
 --------------------
@@ -13,22 +17,24 @@ How to add a finding
        the finding is written to ``reports/padding.md`` and its pictures to
        ``reports/padding-<picture>.png``.
    ``TITLE: str``
-       One line, the section's heading.
-   ``CLAIM: str``
-       The claim in one or two sentences. It is static text, so it names the
-       configurations it covers but no measured result.
+       One line, the section's heading. It names the subject, not a measured result.
    ``GUARDED_BY: str``
        The test that fails when the claim stops holding, as
        ``"tests/<file>.py::test_<name>"`` (checked to exist by ``tests/test_findings.py``).
    ``build() -> Evidence``
        Runs the measurements and returns the :class:`Evidence`: its tables (DataFrames),
-       its prose (an f-string over values read from those tables) and optional
-       :class:`Picture` s. It must be deterministic: two calls give equal tables and
-       prose, and pictures that render to the same bytes.
+       its claim and prose (sentences over values read from those tables), optional
+       :class:`Picture` s, and optionally ``facts``: the named values other parts of the
+       report (:mod:`studies.answers`) read, computed from the same tables. It must be
+       deterministic: two calls give equal tables, claim and prose, and pictures that
+       render to the same bytes.
    ``SLOW: bool`` (optional, default ``False``)
        ``True`` when ``build()`` takes more than a few seconds (large sizes, real
        processes). The fast staleness test then checks only the section's generated
        header, not its body; ``write_reports`` always builds it.
+   ``SECONDS: int`` (optional, default 1)
+       Roughly how long ``build()`` takes: the report starts the longest parts first, so
+       that the side-by-side build is not left waiting on one that started last.
 
    A table for a reader shows what varies: the report states columns that hold one
    value in every row in a single line, writes code-named headers in words, and writes
@@ -40,17 +46,19 @@ How to add a finding
 
 :func:`modules` imports the registered modules and checks the protocol;
 :func:`build` builds one and labels its evidence with the module's metadata.
-``observe`` (what ranks receive, via :mod:`studies.simulate`) and ``memory``
-(deterministic byte counts) are helpers for findings, not findings themselves.
+``observe`` (what ranks receive, via :mod:`studies.simulate`), ``memory``
+(deterministic byte counts) and ``wording`` (numbers in sentences) are helpers for
+findings, not findings themselves.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -63,6 +71,8 @@ __all__ = [
     "Picture",
     "Table",
     "build",
+    "expected_seconds",
+    "facts_of",
     "is_slow",
     "modules",
 ]
@@ -86,8 +96,8 @@ MODULES: tuple[str, ...] = (
     "real_processes",
     "collective_evaluation",
     "exact_evaluation",
-    "zip_collection",
-    "wrapped_samplers",
+    "zip_and_truncate",
+    "wrapping_samplers",
     "tail_policies",
     "resume",
     "speed",
@@ -157,13 +167,21 @@ class Picture:
 
 @dataclass(frozen=True, eq=False)
 class Evidence:
-    """What a finding module's ``build()`` computed: prose, tables and pictures."""
+    """What a finding module's ``build()`` computed: claim, prose, tables and pictures.
 
+    ``claim`` is one or two sentences; ``facts`` is whatever the module exports for other
+    parts of the report (typically a frozen dataclass of values read from the tables).
+    """
+
+    claim: str
     prose: str
     tables: tuple[Table, ...]
     pictures: tuple[Picture, ...] = field(default=())
+    facts: object = None
 
     def __post_init__(self) -> None:
+        if not self.claim.strip():
+            raise ValueError("claim must be a non-empty sentence")
         names = [picture.name for picture in self.pictures]
         if len(set(names)) != len(names):
             raise ValueError(f"pictures must have distinct names, got {names}")
@@ -175,9 +193,16 @@ class Finding:
 
     name: str
     title: str
-    claim: str
     guarded_by: str
     evidence: Evidence
+
+    @property
+    def claim(self) -> str:
+        return self.evidence.claim
+
+    @property
+    def facts(self) -> object:
+        return self.evidence.facts
 
     @property
     def prose(self) -> str:
@@ -190,6 +215,21 @@ class Finding:
     @property
     def pictures(self) -> tuple[Picture, ...]:
         return self.evidence.pictures
+
+
+def facts_of(findings: Mapping[str, Finding], module: ModuleType) -> Any:
+    """The facts the finding of ``module`` exported (an instance of ``module.Facts``).
+
+    Raises ``KeyError`` naming the finding when it was not built, and ``TypeError`` when
+    its facts are not the module's ``Facts``.
+    """
+    name = module.NAME
+    if name not in findings:
+        raise KeyError(f"the finding {name!r} is needed but was not built")
+    found = findings[name].facts
+    if not isinstance(found, module.Facts):
+        raise TypeError(f"{name}'s facts must be a {module.__name__}.Facts, got {found!r}")
+    return found
 
 
 def modules() -> list[ModuleType]:
@@ -206,17 +246,22 @@ def is_slow(module: ModuleType) -> bool:
     return bool(getattr(module, "SLOW", False))
 
 
+def expected_seconds(module: ModuleType) -> int:
+    """The module's ``SECONDS`` hint (1 when it declares none)."""
+    return int(getattr(module, "SECONDS", 1))
+
+
 def build(module: ModuleType) -> Finding:
     """Build the module's evidence and label it with the module's metadata."""
     _check(module)
     evidence = module.build()
     if not isinstance(evidence, Evidence):
         raise TypeError(f"{module.__name__}.build() must return Evidence, got {evidence!r}")
-    return Finding(module.NAME, module.TITLE, module.CLAIM, module.GUARDED_BY, evidence)
+    return Finding(module.NAME, module.TITLE, module.GUARDED_BY, evidence)
 
 
 def _check(module: ModuleType) -> bool:
-    for attribute in ("NAME", "TITLE", "CLAIM", "GUARDED_BY"):
+    for attribute in ("NAME", "TITLE", "GUARDED_BY"):
         value = getattr(module, attribute, None)
         if not isinstance(value, str) or not value.strip():
             raise TypeError(f"{module.__name__}.{attribute} must be a non-empty str, got {value!r}")

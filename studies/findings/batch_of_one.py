@@ -5,24 +5,18 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, joined, listed, sampler_share
+from studies.findings.observe import batches, sampler_share
+from studies.findings.wording import count_of, joined, listed, plural
 
 NAME = "batch-of-one"
-TITLE = "A last batch of one sample breaks BatchNorm in train mode"
-CLAIM = (
-    "With 10 samples on 2 ranks and batch size 4, each rank's share of 5 ends in a batch of "
-    "one sample. In train mode BatchNorm raises on a batch of one exactly when each channel "
-    "then holds a single value: BatchNorm1d on [1, C] or [1, C, 1], BatchNorm2d on "
-    "[1, C, 1, 1]; BatchNorm1d on [1, C, L] and BatchNorm2d on [1, C, H, W] with more than "
-    "one position per channel run without error. The DataLoader's drop_last removes the "
-    "batch of one."
-)
+TITLE = "A last batch of one sample, and BatchNorm in train mode"
 GUARDED_BY = "tests/test_findings.py::test_last_batch_of_one_breaks_batchnorm"
 
 #: The configuration measured, without and with the DataLoader's drop_last.
@@ -78,6 +72,33 @@ def shape_table() -> pd.DataFrame:
             }
             for layer, shape in SHAPES
         ]
+    )
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Which one-sample inputs BatchNorm refused in train mode, and how many values per
+    channel the failing and the passing ones held."""
+
+    failing: tuple[str, ...]
+    passing: tuple[str, ...]
+    failing_values: tuple[int, ...]
+    passing_values: tuple[int, ...]
+    eval_ok: int
+    shapes: int
+
+
+def facts(shapes: pd.DataFrame) -> Facts:
+    """The names and counts the claim and the answers use, from the table of shapes."""
+    failing = shapes[shapes["train mode"] != "ok"]
+    passing = shapes[shapes["train mode"] == "ok"]
+    return Facts(
+        failing=tuple(_named(failing)),
+        passing=tuple(_named(passing)),
+        failing_values=tuple(sorted(set(failing["values per channel"]))),
+        passing_values=tuple(sorted(set(passing["values per channel"]))),
+        eval_ok=int((shapes["eval mode"] == "ok").sum()),
+        shapes=len(shapes),
     )
 
 
@@ -139,19 +160,31 @@ def build() -> Evidence:
         f"with it {joined(held_back)} sample(s) per rank per epoch."
     )
     shapes = shape_table()
-    failing = shapes[shapes["train mode"] != "ok"]
-    passing = shapes[shapes["train mode"] == "ok"]
+    found = facts(shapes)
+    ones_count = 0 if ones.empty else int(ones.iloc[0]["batches of this size"])
+    shares = joined(sorted(set(size_table["sampler yields"])))
+    claim = (
+        f"With {case.dataset_size} samples on {case.world_size} ranks and batch size "
+        f"{case.batch_size}, each rank's share of {shares} left "
+        f"{plural(ones_count, 'batch', 'batches')} of one sample over the run, which the "
+        "DataLoader's drop_last removes. In train mode BatchNorm raised on one sample with "
+        f"{joined(found.failing) or 'no input'} ({joined(found.failing_values)} value(s) per "
+        f"channel) and ran with {joined(found.passing) or 'no input'} "
+        f"({joined(found.passing_values)}); in eval mode "
+        f"{count_of(found.eval_ok, found.shapes, 'inputs')} ran."
+    )
     prose += (
-        f"\n\nOn one sample in train mode, {joined(_named(failing))} raised; "
-        f"{joined(_named(passing))} did not. The failing inputs have "
-        f"{joined(sorted(set(failing['values per channel'])))} value(s) per channel, the "
-        f"passing ones {joined(sorted(set(passing['values per channel'])))}: the batch "
-        "statistics need more than one value per channel, so a batch of one breaks "
-        "per-sample features (BatchNorm1d on [1, C]) and 1x1 feature maps, while sequences "
-        "and images are normalised over their positions. In eval mode "
-        f"{'every input ran' if (shapes['eval mode'] == 'ok').all() else 'some input failed'}."
+        f"\n\nOn one sample in train mode, {joined(found.failing)} raised; "
+        f"{joined(found.passing)} did not. The failing inputs have "
+        f"{joined(found.failing_values)} value(s) per channel, the passing ones "
+        f"{joined(found.passing_values)}: the batch statistics need more than one value per "
+        "channel, so a batch of one breaks per-sample features (BatchNorm1d on [1, C]) and "
+        "1x1 feature maps, while sequences and images are normalised over their positions. "
+        f"In eval mode {found.eval_ok} of {found.shapes} inputs ran."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table("Batch sizes each rank receives", size_table),

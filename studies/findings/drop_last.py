@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -10,19 +11,13 @@ import torch
 from samplers.plan import rank_positions
 from studies.cases import Case, Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, flat, listed, plan, sampler_share
+from studies.findings.observe import batches, flat, plan, sampler_share
+from studies.findings.wording import count_of, listed
 from studies.simulate import simulate
 from studies.summary import summarize
 
 NAME = "drop-last"
 TITLE = "The sampler's drop_last trims before sharding, the DataLoader's after"
-CLAIM = (
-    "The sampler's drop_last trims the tail of the epoch order before sharding, so those "
-    "samples reach no rank and no sample is repeated; the DataLoader's drop_last discards "
-    "each rank's short last batch after sharding, which can hold padded copies of samples "
-    "that are still received, and can be the rank's whole share: with 6 samples, 2 ranks "
-    "and batch size 4 the epoch is empty."
-)
 GUARDED_BY = "tests/test_findings.py::test_sampler_trims_before_sharding_and_loader_after"
 
 #: (dataset size, world size, batch size) of the configurations measured.
@@ -79,6 +74,50 @@ def held_back_padding(case: Case) -> list[int]:
         padded = positions[epoch_plan.is_padding(positions)]
         copies.extend(epoch_plan.indices_at(padded).tolist())
     return copies
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the table shows about the two drop_lasts, and the first empty epoch."""
+
+    trimmed: int
+    trimmed_tails: int
+    trimmed_repeats: int
+    loader_only: int
+    loader_copies: int
+    empty: int
+    configurations: int
+    #: (dataset size, world size, batch size) of the first configuration with an empty
+    #: epoch, None when there is none.
+    empty_example: tuple[int, int, int] | None
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table."""
+    trimmed = table[table["sampler drop_last"]]
+    loader_only = table[~table["sampler drop_last"] & table["DataLoader drop_last"]]
+    empty = table[table["empty epoch"]]
+    first = empty.iloc[0] if not empty.empty else None
+    return Facts(
+        trimmed=len(trimmed),
+        trimmed_tails=int(trimmed["= tail of the order"].sum()),
+        trimmed_repeats=int((trimmed["received twice or more"] != "[]").sum()),
+        loader_only=len(loader_only),
+        loader_copies=int((loader_only["padded copies held back"] != "[]").sum()),
+        empty=len(empty),
+        configurations=len(table),
+        empty_example=None
+        if first is None
+        else (int(first["dataset size"]), int(first["world size"]), int(first["batch size"])),
+    )
+
+
+def empty_text(example: tuple[int, int, int] | None) -> str:
+    """The first empty epoch in words."""
+    if example is None:
+        return "no configuration measured gave an empty epoch"
+    size, world, batch = example
+    return f"{size} samples on {world} ranks with batch size {batch} gave an empty epoch"
 
 
 def build() -> Evidence:
@@ -143,13 +182,23 @@ def build() -> Evidence:
     sampler_only = row_of(contrast, True, False)
     loader_only = row_of(contrast, False, True)
     emptied = row_of(tiny, False, True)
-    trimmed = table[table["sampler drop_last"]]
-    trimmed_tails = int(trimmed["= tail of the order"].sum())
-    trimmed_repeats = int((trimmed["received twice or more"] != "[]").sum())
     coverage = (
         f"coverage is {sampler_only['coverage']:g} either way"
         if sampler_only["coverage"] == loader_only["coverage"]
         else f"coverage is {sampler_only['coverage']:g} and {loader_only['coverage']:g}"
+    )
+    found = facts(table)
+    trimmed_tails, trimmed_repeats = found.trimmed_tails, found.trimmed_repeats
+    trimmed = table[table["sampler drop_last"]]
+    claim = (
+        "The sampler's drop_last trims the tail of the epoch order before sharding: what it "
+        f"never yields was the order's tail in "
+        f"{count_of(trimmed_tails, found.trimmed, 'configurations')} with it, and a sample "
+        f"reached a rank twice in {count_of(trimmed_repeats, found.trimmed, 'configurations')}. "
+        "The DataLoader's drop_last discards each rank's short last batch after sharding, "
+        "padded copies of samples still received among them in "
+        f"{count_of(found.loader_copies, found.loader_only, 'configurations')} with it alone, "
+        f"and it can take a rank's whole share: {empty_text(found.empty_example)}."
     )
     prose = (
         f"With {contrast[0]} samples on {contrast[1]} ranks and batch size {contrast[2]} "
@@ -173,6 +222,8 @@ def build() -> Evidence:
         "an empty epoch."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

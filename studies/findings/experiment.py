@@ -10,21 +10,15 @@ import pandas as pd
 from studies import blog_post
 from studies.cases import EXPERIMENT, EXPERIMENT_DESCRIPTIONS
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, joined, listed
+from studies.findings.observe import batches
 from studies.findings.padding import received_order, repeats
+from studies.findings.wording import count_of, joined, listed
 from studies.simulate import COLUMNS, simulate
 from studies.summary import summarize
 from studies.verdicts import verdicts
 
 NAME = "experiment"
 TITLE = "The blog post's experiment: what it printed and what torch yields now"
-CLAIM = (
-    "Each of the 9 runs the blog post printed (2 ranks, batch size 4, seed 0, two epochs; "
-    "cases 1, 2, 3, 4a, 4b, 5a, 5b, 6 and 7, configured as their printed output shows they "
-    "ran) is compared batch by batch with what the stock sampler and DataLoader yield now. "
-    "Its padding explanation is corrected: the padded copy is the head of the shuffled "
-    "epoch order, not the dataset's first sample."
-)
 GUARDED_BY = "tests/test_experiment.py::test_simulation_reproduces_the_post"
 
 #: The key of one batch in both tables.
@@ -122,7 +116,7 @@ def padding_table() -> pd.DataFrame:
                     "at position": listed(positions),
                     "the post names": named.get((label, epoch), "-"),
                     "copy = head of the order": copies == [order[0]],
-                    "copy = the dataset's first sample (index 0)": copies == [0],
+                    "copy = index 0": copies == [0],
                 }
             )
     return pd.DataFrame(rows)
@@ -184,6 +178,7 @@ def build() -> Evidence:
     padding = padding_table()
     rerun = with_set_epoch(yielded)
     return Evidence(
+        claim=_claim(printed, yielded, padding),
         prose=_prose(printed, yielded, padding, rerun),
         tables=(
             Table(
@@ -204,6 +199,45 @@ def build() -> Evidence:
     )
 
 
+def _printed_runs(printed: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(runs the post printed batches for, runs it printed nothing for), in post order."""
+    shown = set(printed["case"])
+    labels = [label for label, _ in EXPERIMENT]
+    return [label for label in labels if label in shown], [
+        label for label in labels if label not in shown
+    ]
+
+
+def _claim(printed: pd.DataFrame, yielded: pd.DataFrame, padding: pd.DataFrame) -> str:
+    """The claim, from the printed and yielded rows and the padding table."""
+    shown, silent = _printed_runs(printed)
+    differing = set(differences(printed, yielded)["case"])
+    agree = [label for label in shown if label not in differing]
+    named = padding[padding["the post names"] != "-"]
+    matching = sum(
+        listed([row["the post names"]]) == row["padded copy"] for _, row in named.iterrows()
+    )
+    heads = int(padding["copy = head of the order"].sum())
+    cases = [case for _, case in EXPERIMENT]
+
+    def values(field: str) -> str:
+        return joined(sorted({getattr(case, field) for case in cases}))
+
+    return (
+        f"The blog post made {len(EXPERIMENT)} runs ({values('world_size')} ranks, batch "
+        f"size {values('batch_size')}, seed {values('seed')}, {values('epochs')} epochs; "
+        f"cases {joined(label for label, _ in EXPERIMENT)}) and printed the batches "
+        f"of {len(shown)}"
+        + (f" (case {joined(silent)} printed nothing)" if silent else "")
+        + "; configured as their printed output shows they ran, "
+        f"{count_of(len(agree), len(shown), 'printed runs')} agree batch by batch with what "
+        "the stock sampler and DataLoader yield now. The post says padding repeats the first "
+        "sample and names the copies: they match the measured ones in "
+        f"{count_of(matching, len(named), 'epochs')} it names, and the copy is the head of "
+        f"the shuffled epoch order in {count_of(heads, len(padding), 'epochs')} of case 5."
+    )
+
+
 def _prose(
     printed: pd.DataFrame, yielded: pd.DataFrame, padding: pd.DataFrame, rerun: pd.DataFrame
 ) -> str:
@@ -214,23 +248,23 @@ def _prose(
         if listed([row["the post names"]]) == row["padded copy"]
     ]
     first = padding.iloc[0]
-    heads = bool(padding["copy = head of the order"].all())
-    zeros = padding[padding["copy = the dataset's first sample (index 0)"]]
+    heads = int(padding["copy = head of the order"].sum())
+    zeros = padding[padding["copy = index 0"]]
     zero_text = (
-        " It is never index 0 here."
+        " The copy is never index 0 here."
         if zeros.empty
         else (
-            f" It is index 0 only in case {joined(sorted(set(zeros['case'])))}, epoch "
+            f" The copy is index 0 only in case {joined(sorted(set(zeros['case'])))}, epoch "
             f"{joined(sorted(set(zeros['epoch'])))}, because that epoch's order starts with 0."
         )
     )
     twins = rerun[rerun["the post's own run with set_epoch"] != "-"]
     pairs = sorted({(row.case, row[-1]) for row in twins.itertuples(index=False)})
-    empty = [label for label, _ in EXPERIMENT if _cells(printed, label, 0, 0) == "-"]
+    shown, silent = _printed_runs(printed)
     repeating = [
         label
         for label, case in EXPERIMENT
-        if label not in empty
+        if label in shown
         and all(
             _cells(printed, label, 0, rank) == _cells(printed, label, 1, rank)
             for rank in range(case.world_size)
@@ -250,21 +284,23 @@ def _prose(
         "",
         agreement(printed, yielded)
         + (
-            f" The post shows no output for case {joined(empty)} (its prose says every "
+            f" The post shows no output for case {joined(silent)} (its prose says every "
             "rank's samples are dropped), and torch yields no batch there either."
-            if empty
+            if silent
             else ""
         ),
         "",
-        "**A correction to the post.** The post says the padding repeats the first sample of "
-        f"the dataset; the copies it names match the measured ones in {len(agree)} of "
-        f"{len(named)} epochs, but the rule is wrong. In case {first['case']}, epoch "
+        "**The post's padding rule.** The post says the padding repeats the first sample, "
+        f"and for case {named.iloc[0]['case']}, epoch {named.iloc[0]['epoch']}, names index "
+        f"{named.iloc[0]['the post names']}, the head of that epoch's shuffled order "
+        f"({'not' if named.iloc[0]['the post names'] != 0 else 'also'} the dataset's index "
+        "0). The copies it names match the measured ones in "
+        f"{len(agree)} of {len(named)} epochs. In case {first['case']}, epoch "
         f"{first['epoch']}, the shuffled epoch order is {first['shuffled order']}: the "
         f"padded copy, index {joined(json.loads(first['padded copy']))} at position "
-        f"{joined(json.loads(first['at position']))}, is the head of that order, not the "
-        "dataset's first sample (index 0). The copy is the head of the "
-        f"order in {'every' if heads else 'not every'} epoch measured.{zero_text} The "
-        "padding finding shows the rule at every size.",
+        f"{joined(json.loads(first['at position']))}, is the head of that order. The copy "
+        f"is the head of the order in {heads} of {len(padding)} epochs measured.{zero_text} "
+        "The padding finding shows the rule at every size.",
         "",
         "Rerun with `set_epoch`, the shuffled runs made without it get a new order in epoch "
         "1; "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader
@@ -10,18 +12,11 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 from samplers import DistributedSampler
 from studies.cases import Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import joined, listed, plural
 from studies.simulate import IndexDataset
 
 NAME = "manual-seed"
-TITLE = "The sampler ignores torch.manual_seed: every run has the same order unless seed is set"
-CLAIM = (
-    "DistributedSampler (stock and ours) shuffles with its own generator seeded from its seed "
-    "argument (default 0) plus the epoch, never from torch's global generator: whatever "
-    "torch.manual_seed a script calls, every run hands each rank the same order unless a "
-    "seed is passed to the sampler. A DataLoader shuffling without a sampler follows "
-    "torch.manual_seed instead."
-)
+TITLE = "torch.manual_seed and the sampler's order: only the seed argument counts"
 GUARDED_BY = "tests/test_findings.py::test_sampler_ignores_torch_manual_seed"
 
 #: The global seeds a script might set, and the configuration measured (rank 0's epoch 0).
@@ -58,6 +53,28 @@ def loader_order(manual_seed: int) -> list[int]:
         return [index for batch in loader for index in batch.tolist()]
 
 
+@dataclass(frozen=True)
+class Facts:
+    """Distinct epoch-0 orders over the torch.manual_seed values, by column."""
+
+    manual_seeds: int
+    stock_unseeded: int
+    ours_unseeded: int
+    stock_seeded: int
+    loader: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of orders."""
+    return Facts(
+        manual_seeds=len(table),
+        stock_unseeded=int(table["stock, no seed argument"].nunique()),
+        ours_unseeded=int(table["ours, no seed argument"].nunique()),
+        stock_seeded=int(table["stock, seed=manual seed"].nunique()),
+        loader=int(table["DataLoader shuffle=True, no sampler"].nunique()),
+    )
+
+
 def build() -> Evidence:
     rows = [
         {
@@ -70,19 +87,28 @@ def build() -> Evidence:
         for manual_seed in MANUAL_SEEDS
     ]
     table = pd.DataFrame(rows)
-    distinct = {column: table[column].nunique() for column in table.columns[1:]}
+    found = facts(table)
+    claim = (
+        "DistributedSampler shuffles with its own generator, seeded from its seed argument "
+        f"(default 0) plus the epoch: over {found.manual_seeds} values of torch.manual_seed, "
+        f"rank 0 received {plural(found.stock_unseeded, 'distinct order')} from the stock "
+        f"sampler and {found.ours_unseeded} from ours when no seed was passed, and "
+        f"{found.stock_seeded} when the same values were passed as its seed. A DataLoader "
+        f"shuffling without a sampler follows torch.manual_seed: {found.loader} orders."
+    )
     prose = (
-        f"Over {len(MANUAL_SEEDS)} values of torch.manual_seed ({joined(MANUAL_SEEDS)}), rank 0 "
-        f"of {WORLD_SIZE} received {distinct['stock, no seed argument']} distinct epoch-0 "
-        f"order(s) from the stock sampler and {distinct['ours, no seed argument']} from ours "
-        "when no seed was passed; passing the same values as the sampler's seed gave "
-        f"{distinct['stock, seed=manual seed']} distinct orders, and a DataLoader shuffling "
-        f"without a sampler gave {distinct['DataLoader shuffle=True, no sampler']}. So "
-        "seeding torch does not vary the data order between runs (e.g. between repeated "
-        "trials): pass seed= to the sampler, the same value on every rank (different seeds "
-        "per rank lose samples, see the seed-per-rank finding)."
+        f"Over {found.manual_seeds} values of torch.manual_seed ({joined(MANUAL_SEEDS)}), rank 0 "
+        f"of {WORLD_SIZE} received {plural(found.stock_unseeded, 'distinct epoch-0 order')} "
+        f"from the stock sampler and {found.ours_unseeded} from ours when no seed was passed; "
+        f"passing the same values as the sampler's seed gave {found.stock_seeded}, and a "
+        f"DataLoader shuffling without a sampler gave {found.loader}. So seeding torch does "
+        "not vary the sampler's order between runs (e.g. between repeated trials): pass "
+        "seed= to the sampler, the same value on every rank (different seeds per rank lose "
+        "samples, see the seed-per-rank finding)."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

@@ -7,7 +7,6 @@ findings never re-derive the sharding arithmetic.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import torch
@@ -21,9 +20,7 @@ __all__ = [
     "Batches",
     "batches",
     "flat",
-    "joined",
     "layout",
-    "listed",
     "plan",
     "sampler_share",
 ]
@@ -76,16 +73,3 @@ def layout(epoch_plan: EpochPlan) -> dict[str, object]:
         "world_size": epoch_plan.sizes.world_size,
         "padding": epoch_plan.is_padding(positions).tolist(),
     }
-
-
-def listed(values: Iterable[int]) -> str:
-    """Indices as a table cell: ``[4, 1, 2]``."""
-    return json.dumps([int(value) for value in values])
-
-
-def joined(values: Iterable[object]) -> str:
-    """Values for prose: ``"5"``, ``"4 and 5"``, ``"1, 2 and 3"``."""
-    texts = [str(value) for value in values]
-    if len(texts) <= 1:
-        return "".join(texts)
-    return f"{', '.join(texts[:-1])} and {texts[-1]}"

@@ -12,16 +12,11 @@ from samplers.plan import interleave
 from studies.cases import Case, Implementation
 from studies.figures import draw_layout
 from studies.findings import Evidence, Picture, Table
-from studies.findings.observe import layout, listed, plan, sampler_share
+from studies.findings.observe import layout, plan, sampler_share
+from studies.findings.wording import count_of, listed
 
 NAME = "padding"
-TITLE = "Padding repeats the head of the shuffled order, on the highest ranks"
-CLAIM = (
-    "Without the sampler's drop_last, the total_size - N extra copies handed out are that "
-    "epoch's (shuffled) order read again from its head, not dataset indices 0, 1, ..., "
-    "starting over from the head as often as needed when total_size - N exceeds N; they go "
-    "to the highest ranks."
-)
+TITLE = "Which samples padding repeats, and which ranks receive them"
 GUARDED_BY = "tests/test_findings.py::test_padding_repeats_head_of_order_on_highest_ranks"
 
 #: (dataset size, world size) of the configurations measured; none divides evenly, and
@@ -105,15 +100,29 @@ def build() -> Evidence:
         )
 
     epochs = len(table)
+    heads = int(table["copies = head"].sum())
+    highest = int(table["highest ranks"].sum())
     wrapping = table[table["padding"] > table["dataset size"]]
     wrapped = wrapping[wrapping["copies = head"]]
     zero = table[table["index 0 among copies"]]
+    zero_at_head = all(0 in json.loads(head) for head in zero["head of the order, wrapping"])
+    claim = (
+        "Without the sampler's drop_last, the total_size - N extra copies handed out were "
+        "that epoch's shuffled order read again from its head, not dataset indices 0, 1, "
+        f"..., in {count_of(heads, epochs, 'epochs measured')}"
+        + (
+            f" (starting over from the head in {count_of(len(wrapped), len(wrapping), 'epochs')} "
+            "whose padding exceeds N)"
+            if not wrapping.empty
+            else ""
+        )
+        + f", and went to the highest ranks in {count_of(highest, epochs, 'epochs')}."
+    )
     prose = (
-        f"In {int(table['copies = head'].sum())} of {epochs} epochs measured, the extra copies "
-        "received were exactly the order read again from its head, one per padding position, "
-        f"and they went to the highest ranks in {int(table['highest ranks'].sum())} of "
-        f"{epochs} (the ranks the plan assigns the padding positions in "
-        f"{int(table['= owners of the padding'].sum())} of {epochs})."
+        f"In {heads} of {epochs} epochs measured, the extra copies received were exactly the "
+        "order read again from its head, one per padding position, and they went to the "
+        f"highest ranks in {highest} of {epochs} (the ranks the plan assigns the padding "
+        f"positions in {int(table['= owners of the padding'].sum())} of {epochs})."
     )
     if not wrapping.empty:
         example = wrapping.iloc[0]
@@ -126,10 +135,11 @@ def build() -> Evidence:
         )
     prose += f" Dataset index 0 was among the copies in {len(zero)} of {epochs} epochs" + (
         ", each time because the head of that epoch's order holds it."
-        if all(0 in json.loads(head) for head in zero["head of the order, wrapping"])
+        if zero_at_head and not zero.empty
         else "."
     )
     return Evidence(
+        claim=claim,
         prose=prose,
         tables=(
             Table(

@@ -7,19 +7,11 @@ from torch.utils.data import DataLoader
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import count_of, joined, listed
 from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "persistent-workers"
-TITLE = "Persistent workers change a shuffled DataLoader's order from the second epoch on"
-CLAIM = (
-    "A DataLoader that shuffles with its own generator (no sampler) draws each new "
-    "iterator's worker seed from that generator too. With persistent_workers=True it keeps "
-    "one iterator, so from epoch 1 on it draws one number fewer per epoch and shuffles "
-    "differently than without workers or without persistence; epoch 0 is the same. A "
-    "DistributedSampler's order does not depend on the DataLoader's generator, so it is "
-    "the same with any workers."
-)
+TITLE = "Persistent workers and a shuffled DataLoader's later epochs"
 GUARDED_BY = "tests/test_findings.py::test_persistent_workers_change_later_epochs"
 
 DATASET_SIZE = 10
@@ -82,17 +74,32 @@ def build() -> Evidence:
     no_sampler = next(iter(CASES))
     shuffled = differing[differing["set-up"] == no_sampler]
     with_sampler = differing[differing["set-up"] != no_sampler]
+    later = table[(table["set-up"] == no_sampler) & (table["epoch"] > 0)]
+    persistent = later[later["DataLoader"] == LOADERS[-1][0]]
+    changed = int((~persistent["same as without workers"]).sum())
+    sampled = table[table["set-up"] != no_sampler]
+    epochs_text = (
+        f"epoch{'s' if shuffled['epoch'].nunique() > 1 else ''} "
+        f"{joined(sorted(set(shuffled['epoch'])))} with "
+        f"{joined(sorted(set(shuffled['DataLoader'])))}"
+        if not shuffled.empty
+        else "no epoch"
+    )
+    others = table[(table["set-up"] == no_sampler) & (table["DataLoader"] == LOADERS[1][0])]
+    others_changed = int((~others["same as without workers"]).sum())
+    claim = (
+        "A DataLoader that shuffles with its own generator (no sampler) draws each new "
+        "iterator's worker seed from that generator too, and persistent workers keep one "
+        f"iterator: with {LOADERS[-1][0]} its order differed from the run without workers "
+        f"in {count_of(changed, len(persistent), 'epochs after the first')}, with "
+        f"{LOADERS[1][0]} in {count_of(others_changed, len(others), 'epochs')}. With the stock "
+        f"DistributedSampler the order differed in "
+        f"{count_of(len(with_sampler), len(sampled), 'epochs')}, whatever the workers."
+    )
     prose = (
         f"{DATASET_SIZE} samples, batch size {BATCH_SIZE}, {EPOCHS} epochs, in this process. "
-        "Without a sampler, the DataLoader's order differed from the run without workers in "
-        + (
-            f"epoch{'s' if shuffled['epoch'].nunique() > 1 else ''} "
-            f"{joined(sorted(set(shuffled['epoch'])))} and only with "
-            f"{joined(sorted(set(shuffled['DataLoader'])))}"
-            if not shuffled.empty
-            else "no epoch"
-        )
-        + f"; with the stock DistributedSampler, in {len(with_sampler)} epochs. "
+        f"Without a sampler, the DataLoader's order differed from the run without workers in "
+        f"{epochs_text}; with the stock DistributedSampler, in {len(with_sampler)} epochs. "
         "Every new DataLoader iterator, with or without workers, draws one number from the "
         "generator for the workers' base seed besides the permutation; persistent workers "
         "keep the first iterator, so from epoch 1 on only the permutation is drawn and it "
@@ -101,6 +108,7 @@ def build() -> Evidence:
         "and persistent_workers, or shuffle with a DistributedSampler."
     )
     return Evidence(
+        claim=claim,
         prose=prose,
         tables=(Table("Rank 0's order per epoch, by DataLoader workers", table),),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import islice
 
 import pandas as pd
@@ -11,23 +12,12 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 from samplers import DistributedSampler
 from samplers.plan import TAILS, ceil_div
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined
+from studies.findings.wording import count_of, joined
 
 NAME = "resume"
 TITLE = (
     "Resuming on another world size, mid-epoch and at an epoch's end: what is repeated and "
     "what is never seen"
-)
-CLAIM = (
-    "A job stopped after k steps on W ranks (mid-epoch, or after the epoch's last step) and "
-    "resumed on W' ranks, over that epoch: the "
-    "stock sampler restarted at the epoch start, the stock sampler with each new rank "
-    "skipping as many indices as an old rank had yielded (what torchdata's "
-    "StatefulDataLoader does for a sampler without state), and our samplers' "
-    "state_dict()/load_state_dict() with each tail policy. Ours sees every sample exactly "
-    'once with tail "uneven"; with "pad" every sample, and with "drop" none twice, repeating '
-    "or leaving out fewer samples than the world size whose layout ended the epoch (W' when "
-    "resumed mid-epoch, W when the epoch had ended), on any new world size."
 )
 GUARDED_BY = "tests/test_findings.py::test_resume_repeats_and_loses_only_what_the_tail_allows"
 
@@ -203,11 +193,11 @@ def allowance(table: pd.DataFrame) -> pd.Series:
     return table["new world size"].where(table["stopped"] == "mid-epoch", table["old world size"])
 
 
-def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
-    """Whether each tail's guarantee held in every configuration measured."""
+def _held(table: pd.DataFrame) -> dict[str, int]:
+    """In how many configurations each tail's guarantee held (see :func:`allowance`)."""
     world = allowance(table)
     repeated, never = table["samples repeated"], table["samples never seen"]
-    holds = {}
+    held: dict[str, int] = {}
     for tail, label in OURS.items():
         rows = table["how the job resumes"] == label
         if tail == "uneven":
@@ -216,8 +206,76 @@ def _guarantees(table: pd.DataFrame) -> dict[str, bool]:
             ok = (repeated[rows] < world[rows]) & (never[rows] == 0)
         else:
             ok = (repeated[rows] == 0) & (never[rows] < world[rows])
-        holds[tail] = bool(ok.all())
-    return holds
+        held[tail] = int(ok.sum())
+    return held
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Over the configurations resumed on another world size, per way of resuming."""
+
+    configurations: int
+    moved: int
+    #: tail -> configurations (all of them) in which its guarantee held.
+    held: dict[str, int]
+    #: Ours with tail "uneven", resumed on another world size: the most repeated or lost.
+    uneven_wrong: int
+    skip_lost: int
+    skip_never: int
+    skip_repeated: int
+    restart_repeated: int
+    #: Stopped after the epoch's last step: configurations, per way of resuming, and in how
+    #: many of ours the new ranks were handed nothing more of the epoch.
+    ended: int
+    ours_ended_nothing: int
+    restart_ended_least: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of configurations."""
+    moved = table[table["old world size"] != table["new world size"]]
+    approach = moved["how the job resumes"]
+    exact = moved[approach == OURS["uneven"]]
+    skipping = moved[approach == SKIP]
+    restarting = moved[approach == RESTART]
+    at_end = table[table["stopped"] == "epoch end"]
+    ours_at_end = at_end[at_end["how the job resumes"].isin(list(OURS.values()))]
+    restart_at_end = at_end[at_end["how the job resumes"] == RESTART]
+    return Facts(
+        configurations=len(table) // len(APPROACHES),
+        moved=len(exact),
+        held=_held(table),
+        uneven_wrong=int((exact["samples repeated"] + exact["samples never seen"]).max()),
+        skip_lost=int((skipping["samples never seen"] > 0).sum()),
+        skip_never=int(skipping["samples never seen"].max()),
+        skip_repeated=int(skipping["samples repeated"].max()),
+        restart_repeated=int(restarting["samples repeated"].max()),
+        ended=len(restart_at_end),
+        ours_ended_nothing=int((ours_at_end["received after the resume"] == 0).sum()),
+        restart_ended_least=int(restart_at_end["received after the resume"].min()),
+    )
+
+
+def claim(found: Facts) -> str:
+    """The claim, from the facts."""
+    total = found.configurations
+    return (
+        "A job stopped after k steps on W ranks (mid-epoch, or after the epoch's last step) "
+        "and resumed on W' ranks, over that epoch: the stock sampler restarted at the epoch "
+        f"start repeated up to {found.restart_repeated} samples; the stock sampler with each "
+        "new rank skipping as many indices as an old rank had yielded (what torchdata's "
+        "StatefulDataLoader does for a sampler without state) left samples never seen in "
+        f"{count_of(found.skip_lost, found.moved, 'configurations')} resumed on another "
+        f"world size, up to {found.skip_never}. Our samplers' state_dict()/load_state_dict() "
+        'saw every sample exactly once with tail "uneven" in '
+        f"{count_of(found.held['uneven'], total, 'configurations')}; with \"pad\" every "
+        f"sample and with \"drop\" none twice, repeating or leaving out fewer samples than the "
+        "world size whose layout ended the epoch (W' when resumed mid-epoch, W when the epoch "
+        f"had ended), in {found.held['pad']} and {found.held['drop']}. Stopped after the "
+        "epoch's last step, our state handed out nothing more of the epoch in "
+        f"{count_of(found.ours_ended_nothing, found.ended * len(OURS), 'configurations')}, "
+        f"where restarting replayed at least {found.restart_ended_least} indices."
+    )
 
 
 def build() -> Evidence:
@@ -241,15 +299,12 @@ def build() -> Evidence:
         (skip_same["samples never seen"] == 0).all()
         and (skip_same["samples repeated"] < skip_same["new world size"]).all()
     )
-    holds = _guarantees(table)
-    held = [tail for tail in TAILS if holds[tail]]
-    broken = [tail for tail in TAILS if not holds[tail]]
+    found = facts(table)
+    held = [tail for tail in TAILS if found.held[tail] == found.configurations]
+    broken = [tail for tail in TAILS if found.held[tail] < found.configurations]
     rows = one.set_index("how the job resumes")
     ended = end.set_index("how the job resumes")
-    at_end = table[table["stopped"] == "epoch end"]
-    ours_at_end = at_end[at_end["how the job resumes"].isin(list(OURS.values()))]
-    restart_at_end = at_end[at_end["how the job resumes"] == RESTART]
-    ours_end_nothing = bool((ours_at_end["received after the resume"] == 0).all())
+    ours_ended = found.ended * len(OURS)
     on_fewer = rows.loc[RESTART, f"on {fewer} ranks: repeated"]
     on_more = rows.loc[RESTART, f"on {more} ranks: repeated"]
     restarted = (
@@ -293,13 +348,13 @@ def build() -> Evidence:
         f"whatever their number), while restarting repeated {restarted}. Stopped after the "
         f"epoch's last step ({last_step} steps), restarting repeated "
         f"{ended.loc[RESTART, f'on {fewer} ranks: repeated']} samples on {fewer} ranks, "
-        f"(the new ranks received {int(restart_at_end['received after the resume'].min())} "
+        f"(the new ranks received {found.restart_ended_least} "
         "or more indices of the finished epoch in every end-of-epoch configuration), "
         "while our samplers' state, which then says the epoch is finished, "
         + (
-            f"handed out nothing more of it in all {len(ours_at_end)} end-of-epoch "
+            f"handed out nothing more of it in all {ours_ended} end-of-epoch "
             "configurations, every tail"
-            if ours_end_nothing
+            if found.ours_ended_nothing == ours_ended
             else "did NOT always hand out nothing more of it"
         )
         + ": the resumed loop's `set_epoch(epoch)` yields nothing more of it and the next "
@@ -316,6 +371,8 @@ def build() -> Evidence:
     )
     return Evidence(
         prose=prose,
+        claim=claim(found),
+        facts=found,
         tables=(
             Table(
                 f"One job: {size} samples, stopped after {steps} steps on {old_world} ranks, "

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from studies.cases import Case
 from studies.findings import Evidence, Table
-from studies.findings.observe import batches, flat, listed
+from studies.findings.observe import batches, flat
+from studies.findings.wording import count_of, listed
 
 NAME = "set-epoch"
-TITLE = "Without set_epoch, every epoch repeats the same order"
-CLAIM = (
-    "With shuffle=True but no call to sampler.set_epoch(epoch), every rank receives exactly "
-    "the same sequence of samples in every epoch; calling it gives each epoch a new order."
-)
+TITLE = "Without set_epoch, later epochs repeat epoch 0's order"
 GUARDED_BY = "tests/test_findings.py::test_without_set_epoch_every_epoch_repeats"
 
 #: (dataset size, world size) of the configurations measured.
@@ -43,6 +42,29 @@ def repeats(case: Case) -> tuple[int, int]:
     )
     distinct = min(len({tuple(sequence) for sequence in per_rank}) for per_rank in sequences)
     return repeated, distinct
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the table of runs shows: later epochs that repeated epoch 0 on every rank."""
+
+    runs: int
+    repeated: int
+    later: int
+    repeated_with: int
+    later_with: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of runs."""
+    without, with_ = table[~table["set_epoch"]], table[table["set_epoch"]]
+    return Facts(
+        runs=len(without),
+        repeated=int(without["later epochs equal to epoch 0"].sum()),
+        later=int((without["epochs"] - 1).sum()),
+        repeated_with=int(with_["later epochs equal to epoch 0"].sum()),
+        later_with=int((with_["epochs"] - 1).sum()),
+    )
 
 
 def build() -> Evidence:
@@ -79,18 +101,23 @@ def build() -> Evidence:
         for rank in range(example_world)
         for epoch in range(EPOCHS)
     ]
-    without = table[~table["set_epoch"]]
-    with_ = table[table["set_epoch"]]
-    later = int((without["epochs"] - 1).sum())
+    found = facts(table)
+    claim = (
+        "With shuffle=True but no call to sampler.set_epoch(epoch), "
+        f"{count_of(found.repeated, found.later, 'later epochs')} of {found.runs} runs (both "
+        "samplers) handed every rank exactly epoch 0's sequence again; with set_epoch, "
+        f"{count_of(found.repeated_with, found.later_with, 'later epochs')} did."
+    )
     prose = (
-        f"Over {len(without)} runs without set_epoch (both implementations, "
-        f"{len(SHAPES)} shapes, {EPOCHS} epochs each), "
-        f"{int(without['later epochs equal to epoch 0'].sum())} of {later} later epochs "
+        f"Over {found.runs} runs without set_epoch (both implementations, {len(SHAPES)} "
+        f"shapes, {EPOCHS} epochs each), {found.repeated} of {found.later} later epochs "
         "repeated epoch 0 exactly on every rank; over the same runs with set_epoch, "
-        f"{int(with_['later epochs equal to epoch 0'].sum())} did. The sampler draws each "
-        "epoch's permutation from seed + epoch, and epoch stays 0 until set_epoch changes it."
+        f"{found.repeated_with} did. The sampler draws each epoch's permutation from "
+        "seed + epoch, and epoch stays 0 until set_epoch changes it."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

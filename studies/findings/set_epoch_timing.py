@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pandas as pd
 from torch.utils.data import DataLoader
@@ -10,18 +11,11 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from studies.cases import Case, Implementation
 from studies.findings import Evidence, Table
-from studies.findings.observe import listed
+from studies.findings.wording import count_of, joined, listed, plural
 from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "set-epoch-timing"
-TITLE = "set_epoch after iteration has started does not change the running epoch"
-CLAIM = (
-    "sampler.set_epoch(e) takes effect at the next iter(): an iterator over the sampler, "
-    "or a DataLoader iterator that has yielded a batch or has workers (they fetch indices "
-    "as soon as iter() is called), keeps the order it started with. Only a DataLoader "
-    "without workers, between iter() and its first batch, still picks the new epoch up. "
-    "Call set_epoch before the epoch's loop starts."
-)
+TITLE = "set_epoch after iteration has started, and the running epoch"
 GUARDED_BY = "tests/test_findings.py::test_set_epoch_after_iter_keeps_the_running_order"
 
 DATASET_SIZE = 10
@@ -81,6 +75,28 @@ def epoch_order(implementation: Implementation, epoch: int) -> list[int]:
     return list(sampler)
 
 
+@dataclass(frozen=True)
+class Facts:
+    """Moments at which set_epoch(1) left the running order at epoch 0, and the others."""
+
+    kept: int
+    moments: int
+    #: (what was iterated, when set_epoch was called) where the new epoch was picked up.
+    changed: tuple[tuple[str, str], ...]
+    ours_same: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table of moments."""
+    changed = table[table["that is epoch"] == 1]
+    return Facts(
+        kept=int((table["that is epoch"] == 0).sum()),
+        moments=len(table),
+        changed=tuple(zip(changed["iterating"], changed["set_epoch(1) called"], strict=True)),
+        ours_same=int(table["ours the same"].sum()),
+    )
+
+
 def build() -> Evidence:
     zero, one = epoch_order("torch", 0), epoch_order("torch", 1)
     rows = []
@@ -96,27 +112,39 @@ def build() -> Evidence:
             }
         )
     table = pd.DataFrame(rows)
-    kept = table[table["that is epoch"] == 0]
-    changed = table[table["that is epoch"] == 1]
-    same = bool(table["ours the same"].all())
+    found = facts(table)
+    where = joined(
+        f"the {iterated}, set_epoch(1) called {moment}" for iterated, moment in found.changed
+    )
+    claim = (
+        "sampler.set_epoch(1) called during epoch 0 left the running order at epoch 0 in "
+        f"{count_of(found.kept, found.moments, 'moments measured')} (the stock sampler; ours "
+        f"the same in {count_of(found.ours_same, found.moments, 'moments')}): an iterator "
+        "keeps the order it started with, and a DataLoader with workers fetches indices as "
+        "soon as iter() is called. "
+        + (
+            f"It took effect in {plural(len(found.changed), 'moment')}: {where}. "
+            if where
+            else "It took effect in no moment. "
+        )
+        + "Call set_epoch before the epoch's loop starts."
+    )
     prose = (
         f"Rank 0 of {WORLD_SIZE}, {DATASET_SIZE} samples, batch size {BATCH_SIZE}; epoch 0's "
-        f"order is {listed(epoch_order('torch', 0))} and epoch 1's "
-        f"{listed(epoch_order('torch', 1))}. With the stock sampler, set_epoch(1) left the "
-        f"running order at epoch 0 in {len(kept)} of {len(table)} moments measured; it "
-        "changed it only "
-        + "; ".join(
-            f"for the {row['iterating']}, called {row['set_epoch(1) called']}"
-            for _, row in changed.iterrows()
-        )
+        f"order is {listed(zero)} and epoch 1's {listed(one)}. With the stock sampler, "
+        f"set_epoch(1) left the running order at epoch 0 in {found.kept} of {found.moments} "
+        "moments measured"
         + (
-            " (the DataLoader creates its sampler iterator lazily, at the first batch). "
-            if not changed.empty
+            f"; it changed it for {where} (the DataLoader creates its sampler iterator "
+            "lazily, at the first batch). "
+            if where
             else ". "
         )
-        + f"Ours {'gives the same in every moment' if same else 'differs in some moment'}."
+        + f"Ours gives the same order in {found.ours_same} of {found.moments} moments."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

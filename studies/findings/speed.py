@@ -1,8 +1,9 @@
 """Finding: time and memory of the stock sampler, ours, bare randperm and feistel.
 
-Unlike the other findings, its numbers are wall-clock times and resident memory, so they
-depend on the machine and the run: the prose states the machine it ran on and quotes only
-medians and ratios measured in the same run. The committed report is one such run;
+Unlike the other findings, its numbers are wall-clock times and resident memory, which
+depend on the machine and its load, so the report does not measure them: it renders one
+run recorded by ``dsampler bench --record`` (:mod:`studies.bench.record`), committed
+with the machine it ran on, and quotes only medians and ratios measured in that run.
 ``dsampler bench`` measures the same grid (and more, with options) on any machine.
 """
 
@@ -11,38 +12,22 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from studies.bench.grid import (
-    LOADER_QUANTITY,
-    MEMORY_HEADROOM,
-    SAMPLER_QUANTITIES,
-    Grid,
-    machine_facts,
-    run_grid,
-)
+from studies.bench.grid import LOADER_QUANTITY, MEMORY_HEADROOM, SAMPLER_QUANTITIES, Grid
 from studies.bench.plot import draw, figure_size
 from studies.bench.probe import WARM_UP_SIZE
+from studies.bench.record import load
 from studies.bench.tables import constant_statuses, formatted, ratio_view, value_view
 from studies.bench.variants import FLOOR, REFERENCE
 from studies.findings import Evidence, Picture, Table
 
 NAME = "speed"
 TITLE = "Speed and memory: the stock sampler, ours, bare torch.randperm and feistel"
-CLAIM = (
-    "Side by side in one run, each measurement in a fresh process, for 10**5 to 10**7 "
-    "samples on 1, 8 and 64 ranks (the last rank): the time to the first index, the time "
-    "for the rank's epoch and the peak resident memory above the process's baseline of "
-    "the stock sampler, ours in identical-output mode, bare torch.randperm (int64 and "
-    "int32, same generator) and the feistel permutation, each divided by the stock "
-    "sampler's and by bare int64 randperm's (the floor); and the DataLoader's time to its "
-    "first batch."
-)
-GUARDED_BY = "tests/test_bench.py::test_ratios_divide_medians_of_one_run"
-SLOW = True
+GUARDED_BY = "tests/test_bench.py::test_the_speed_claim_quotes_the_recorded_run"
 
-#: The grid of the report: ``dsampler bench``'s defaults.
-GRID = Grid(sizes=(10**5, 10**6, 10**7), world_sizes=(1, 8, 64), repeats=3, num_workers=(0, 2))
 #: The world size the prose quotes.
 QUOTED_WORLD_SIZE = 8
+#: The draw ours makes: the same permutation as the stock sampler's, in int32.
+OURS_FLOOR = "randperm int32"
 
 _TITLES = {
     "first index": "Time to the first index (ms)",
@@ -53,20 +38,25 @@ _TITLES = {
 
 
 def build() -> Evidence:
-    frame = run_grid(GRID)
-    facts = machine_facts()  # cores: os.cpu_count()
+    recorded = load()
+    frame, grid, facts = recorded.frame, recorded.grid, recorded.machine
     dropped = constant_statuses(frame)
     drop = tuple(dropped)
     tables: list[Table] = []
     for quantity in (*SAMPLER_QUANTITIES, LOADER_QUANTITY):
-        note = _note(quantity, dropped)
         title = _TITLES[quantity]
+        note = _note(grid, quantity, dropped)
         tables.append(Table(title, formatted(value_view(frame, quantity, drop=drop)), note=note))
         tables.append(
             Table(
                 f"{title}: ratios of medians",
                 formatted(ratio_view(frame, quantity, drop=drop)),
                 floatfmt=".2f",
+                note=(
+                    "/ floor divides by bare int64 `torch.randperm`, the draw the stock "
+                    "sampler makes; ours draws the same permutation in int32, so its floor "
+                    "is the int32 draw (randperm int32 / floor is that draw's own ratio)."
+                ),
             )
         )
 
@@ -74,7 +64,8 @@ def build() -> Evidence:
         draw(figure, frame)
 
     return Evidence(
-        prose=_prose(frame, facts, dropped),
+        claim=_claim(frame, grid, facts),
+        prose=_prose(frame, grid, facts, dropped),
         tables=tuple(tables),
         pictures=(
             Picture(
@@ -82,82 +73,113 @@ def build() -> Evidence:
                 "Median time to the first index, time for the epoch and peak RSS above "
                 "baseline against dataset size, log-log, one panel per world size",
                 picture,
-                size=figure_size(len(GRID.world_sizes)),
+                size=figure_size(len(grid.world_sizes)),
             ),
         ),
     )
 
 
-def _note(quantity: str, dropped: dict[str, str]) -> str:
-    parts = [f"Median (min..max) of {GRID.repeats} fresh processes, rank W - 1 of W."]
+def _note(grid: Grid, quantity: str, dropped: dict[str, str]) -> str:
+    parts = [f"Median (min..max) of {grid.repeats} fresh processes, rank W - 1 of W."]
     if quantity == LOADER_QUANTITY:
         parts = [
-            f"Median (min..max) of {GRID.repeats} fresh processes; DataLoader with batch size "
-            f"{GRID.batch_size} over rank {GRID.loader_world_size - 1} of "
-            f"{GRID.loader_world_size}'s sampler."
+            f"Median (min..max) of {grid.repeats} fresh processes; DataLoader with batch size "
+            f"{grid.batch_size} over rank {grid.loader_world_size - 1} of "
+            f"{grid.loader_world_size}'s sampler."
         ]
     parts += [f"{name}: {status}." for name, status in dropped.items()]
     return " ".join(parts)
 
 
-def _prose(frame: pd.DataFrame, facts: dict[str, str], dropped: dict[str, str]) -> str:
-    size, world = max(GRID.sizes), QUOTED_WORLD_SIZE
+class _Quoted:
+    """The recorded run's cells at the quoted size and world size, in words."""
 
-    def row(quantity: str, variant: str, workers: int | None = None) -> pd.Series:
+    def __init__(self, frame: pd.DataFrame, grid: Grid) -> None:
+        self.frame, self.grid = frame, grid
+        self.size, self.world = max(grid.sizes), QUOTED_WORLD_SIZE
+
+    def row(self, quantity: str, variant: str, workers: int | None = None) -> pd.Series:
+        frame = self.frame
         match = (
             (frame["quantity"] == quantity)
-            & (frame["dataset size"] == size)
+            & (frame["dataset size"] == self.size)
             & (frame["variant"] == variant)
         )
         if workers is None:
-            match &= frame["world size"] == world
+            match &= frame["world size"] == self.world
         else:
             match &= frame["num_workers"] == workers
         return frame[match].iloc[0]
 
-    def ms(quantity: str, variant: str, workers: int | None = None) -> str:
-        found = row(quantity, variant, workers)
+    def ms(self, quantity: str, variant: str, workers: int | None = None) -> str:
+        found = self.row(quantity, variant, workers)
         if found["status"] != "ok":
             return f"not measured ({found['status']})"
         return f"{float(found['median']) * 1e3:,.0f} ms"
 
-    def mb(variant: str) -> str:
-        found = row("peak RSS above baseline", variant)
+    def mb(self, variant: str) -> str:
+        found = self.row("peak RSS above baseline", variant)
         if found["status"] != "ok":
             return f"not measured ({found['status']})"
         return f"{int(found['median']) / 10**6:,.0f} MB"
 
-    def spread(quantity: str, variant: str) -> str:
-        found = row(quantity, variant)
+    def spread(self, quantity: str, variant: str) -> str:
+        found = self.row(quantity, variant)
         if found["status"] != "ok":
             return f"nothing ({found['status']})"
         low, high = float(found["min"]) * 1e3, float(found["max"]) * 1e3
         return f"from {low:,.0f} to {high:,.0f} ms"
 
-    def ratio(quantity: str, variant: str, divisor: str) -> str:
-        value, by = row(quantity, variant), row(quantity, divisor)
+    def ratio(self, quantity: str, variant: str, divisor: str) -> str:
+        value, by = self.row(quantity, variant), self.row(quantity, divisor)
         if value["status"] != "ok" or by["status"] != "ok" or float(by["median"]) <= 0:
             return "-"
         return f"{float(value['median']) / float(by['median']):.2f}"
 
-    machine = ", ".join(f"{name} {value}" for name, value in facts.items())
+
+def _machine(facts: dict[str, str]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in facts.items())
+
+
+def _claim(frame: pd.DataFrame, grid: Grid, facts: dict[str, str]) -> str:
+    """The claim, from the recorded run's table."""
+    quoted = _Quoted(frame, grid)
+    first, epoch, peak = "first index", "epoch", "peak RSS above baseline"
+    return (
+        f"In one recorded run of `dsampler bench` ({_machine(facts)}), at {quoted.size:,} "
+        f"samples on {quoted.world} ranks (the last rank, medians of {grid.repeats} fresh "
+        f"processes): ours took {quoted.ratio(first, 'ours', OURS_FLOOR)} x the time of its "
+        "own draw, an int32 `torch.randperm` of the same permutation (the floor for the "
+        f"identical order), to its first index, and the stock sampler "
+        f"{quoted.ratio(first, REFERENCE, FLOOR)} x the int64 draw it makes; over the "
+        f"rank's whole epoch ours took {quoted.ratio(epoch, 'ours', REFERENCE)} x the stock "
+        f"sampler's time, and its peak resident memory was "
+        f"{quoted.ratio(peak, 'ours', REFERENCE)} x the stock sampler's."
+    )
+
+
+def _prose(frame: pd.DataFrame, grid: Grid, facts: dict[str, str], dropped: dict[str, str]) -> str:
+    quoted = _Quoted(frame, grid)
+    ms, mb, spread, ratio = quoted.ms, quoted.mb, quoted.spread, quoted.ratio
+    size, world = quoted.size, quoted.world
     first, epoch, peak = "first index", "epoch", "peak RSS above baseline"
     text = (
-        f"Measured on: {machine}. At {size:,} samples on {world} ranks (rank {world - 1}, "
-        f"medians of {GRID.repeats} fresh processes): the time to the first index is "
-        f"{ms(first, REFERENCE)} for the stock sampler, {ms(first, 'ours')} for ours and "
-        f"{ms(first, FLOOR)} for bare int64 `torch.randperm` (the floor), so ours takes "
-        f"{ratio(first, 'ours', FLOOR)} x the floor and the stock sampler "
-        f"{ratio(first, REFERENCE, FLOOR)} x; the floor itself took {spread(first, FLOOR)} "
-        "over its processes, which is how far the machine's load moved the times. The peak "
-        f"resident memory above the process's baseline is {mb(REFERENCE)} for the stock "
-        f"sampler, {mb('ours')} for ours, "
-        f"{mb(FLOOR)} for the floor and {mb('randperm int32')} for int32 `randperm` "
-        f"(ours / floor {ratio(peak, 'ours', FLOOR)}, stock / floor "
+        f"Recorded on: {_machine(facts)}. At {size:,} samples on {world} ranks (rank "
+        f"{world - 1}, medians of {grid.repeats} fresh processes): the time to the first "
+        f"index is {ms(first, REFERENCE)} for the stock sampler, {ms(first, 'ours')} for ours, "
+        f"{ms(first, FLOOR)} for bare int64 `torch.randperm` (the stock sampler's draw) and "
+        f"{ms(first, OURS_FLOOR)} for int32 `torch.randperm` (ours draws the same "
+        f"permutation in int32). So ours takes {ratio(first, 'ours', OURS_FLOOR)} x its "
+        f"int32 floor and the stock sampler {ratio(first, REFERENCE, FLOOR)} x its int64 "
+        f"floor; the int64 draw itself took {spread(first, FLOOR)} over its processes, which "
+        "is how far the machine's load moved the times. The peak resident memory above the "
+        f"process's baseline is {mb(REFERENCE)} for the stock sampler, {mb('ours')} for "
+        f"ours, {mb(FLOOR)} for the int64 draw and {mb(OURS_FLOOR)} for the int32 draw "
+        f"(ours / int32 draw {ratio(peak, 'ours', OURS_FLOOR)}, stock / int64 draw "
         f"{ratio(peak, REFERENCE, FLOOR)}). Iterating the rank's whole epoch takes ours "
-        f"{ratio(epoch, 'ours', REFERENCE)} x the stock sampler's time. Through a DataLoader "
-        f"(batch size {GRID.batch_size}, rank {GRID.loader_world_size - 1} of "
-        f"{GRID.loader_world_size}), the first batch arrives after "
+        f"{ratio(epoch, 'ours', REFERENCE)} x the stock sampler's time. Through a "
+        f"DataLoader (batch size {grid.batch_size}, rank {grid.loader_world_size - 1} of "
+        f"{grid.loader_world_size}), the first batch arrives after "
         f"{ms(LOADER_QUANTITY, REFERENCE, 0)} (stock) and {ms(LOADER_QUANTITY, 'ours', 0)} "
         f"(ours) with `num_workers=0`, and {ms(LOADER_QUANTITY, REFERENCE, 2)} and "
         f"{ms(LOADER_QUANTITY, 'ours', 2)} with `num_workers=2`."
@@ -172,6 +194,8 @@ def _prose(frame: pd.DataFrame, facts: dict[str, str], dropped: dict[str, str]) 
         "the last index, and the peak is the kernel's high-water mark (`ru_maxrss`) minus "
         "the baseline. A variant whose peak, estimated from the dataset size, would take "
         f"more than {share}/{whole} of the available memory is skipped, never attempted. "
+        "The times are one recorded run, not remeasured by `dsampler report`: "
+        "`dsampler bench --record` measures them again and replaces the record, and "
         "`dsampler bench` runs the same measurement on any machine, with 10**8 and 10**9 "
         "samples behind `--large`."
     )

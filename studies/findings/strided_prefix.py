@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -12,14 +13,10 @@ from studies.cases import Case
 from studies.figures import draw_layout
 from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import batches, layout, plan
+from studies.findings.wording import count_of
 
 NAME = "strided-prefix"
-TITLE = "After k steps, the samples consumed are a prefix of the epoch order"
-CLAIM = (
-    "Because rank r takes positions r, r + W, r + 2W, ... of the epoch order, the samples "
-    "all ranks have consumed after k steps of batch size B are exactly the first k * B * W "
-    "positions of that order: progress is one number, whatever the world size."
-)
+TITLE = "After k steps, the samples consumed and the epoch order's first positions"
 GUARDED_BY = "tests/test_findings.py::test_consumed_samples_are_a_prefix_of_the_order"
 
 #: (dataset size, world size, batch size) of the configurations measured.
@@ -47,6 +44,19 @@ def consumed_after(case: Case) -> list[list[int]]:
         ]
         for step in range(1, steps + 1)
     ]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Steps after which the consumed samples were a prefix of the order."""
+
+    prefixes: int
+    steps: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table."""
+    return Facts(int(table["= first positions of the order"].sum()), len(table))
 
 
 def build() -> Evidence:
@@ -91,6 +101,14 @@ def build() -> Evidence:
             ),
         )
 
+    found = facts(table)
+    claim = (
+        "Rank r takes positions r, r + W, r + 2W, ... of the epoch order, so the samples all "
+        "ranks had consumed after k steps of batch size B were exactly the first k * B * W "
+        f"positions of that order after {count_of(found.prefixes, found.steps, 'steps')} "
+        f"measured ({len(SHAPES)} shapes): progress through an epoch is one number, "
+        "whatever the world size."
+    )
     last_steps = table.groupby(["dataset size", "world size", "batch size"])["step"].transform(
         "max"
     )
@@ -110,9 +128,10 @@ def build() -> Evidence:
         f"{padding_sentence} The stock sampler cannot start an epoch part-way, so a job "
         "restarted from such a checkpoint replays the epoch from its start, or skips "
         "batches by iterating past them. Ours checkpoints that one number: "
-        "`sampler.state_dict()` (a small JSON-serialisable dict: epoch, seed and this rank's "
-        "progress; pass `consumed=` when a DataLoader with workers fetched ahead of the "
-        "loop) and `sampler.load_state_dict(state)` on every rank of the resumed job, on the "
+        "`sampler.state_dict()` (a small JSON-serialisable dict, the same on every rank: "
+        "the epoch and that one position; `consumed=` tells it the position when the loop "
+        "is one the sampler cannot see) and `sampler.load_state_dict(state)` on every rank "
+        "of the resumed job, on the "
         "same or another world size, continues with the rest of the order (the resume "
         "finding measures it)."
         if bool(table["= first positions of the order"].all())
@@ -120,6 +139,8 @@ def build() -> Evidence:
         "steps were the samples consumed the first positions of the epoch order."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

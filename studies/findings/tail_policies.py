@@ -6,6 +6,7 @@ import itertools
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -14,19 +15,11 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from samplers import DistributedBatchSampler, DistributedSampler
 from studies.findings import Evidence, Table
-from studies.simulate import IndexDataset
+from studies.findings.wording import count_of, joined
+from studies.simulate import IndexDataset, expecting_unequal_batches
 
 NAME = "tail-policies"
 TITLE = "Which sampler and tail policy: repeats, drops, batch counts and batch sizes"
-CLAIM = (
-    "Over a grid of dataset sizes (fewer samples than ranks included), world sizes and "
-    'batch sizes, read through DataLoaders: the stock sampler and ours with tail="pad" '
-    'repeat samples and with "drop" skip them; ours with tail="uneven" hands out every '
-    "sample exactly once but ranks may run different numbers of batches; "
-    "DistributedBatchSampler gives every rank the same number of batches with every tail, "
-    'and with "uneven" every sample exactly once. Ours with tail="pad" and "drop" '
-    "yields exactly the stock sampler's batches with drop_last False and True."
-)
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_tail_policy_table"
 
 DATASET_SIZES: tuple[int, ...] = (1, 3, 5, 7, 10, 16, 33, 100)
@@ -65,6 +58,8 @@ STOCK_PAD = "stock DistributedSampler, drop_last=False"
 STOCK_DROP = "stock DistributedSampler, drop_last=True"
 OURS_PAD = 'DistributedSampler, tail="pad" (default)'
 OURS_DROP = 'DistributedSampler, tail="drop"'
+UNEVEN = 'DistributedSampler, tail="uneven"'
+BATCHED_DROP = 'DistributedBatchSampler, tail="drop"'
 BATCHED_UNEVEN = 'DistributedBatchSampler, tail="uneven"'
 
 #: The samplers compared, in table order.
@@ -73,9 +68,9 @@ LOADERS: dict[str, Loader] = {
     STOCK_DROP: _sampled(StockDistributedSampler, drop_last=True),
     OURS_PAD: _sampled(DistributedSampler, tail="pad"),
     OURS_DROP: _sampled(DistributedSampler, tail="drop"),
-    'DistributedSampler, tail="uneven"': _sampled(DistributedSampler, tail="uneven"),
+    UNEVEN: _sampled(DistributedSampler, tail="uneven"),
     'DistributedBatchSampler, tail="pad"': _batched("pad"),
-    'DistributedBatchSampler, tail="drop"': _batched("drop"),
+    BATCHED_DROP: _batched("drop"),
     BATCHED_UNEVEN: _batched("uneven"),
 }
 #: Ours that must stay a drop-in: (ours, the stock configuration it must equal).
@@ -83,7 +78,9 @@ DROP_INS = ((OURS_PAD, STOCK_PAD), (OURS_DROP, STOCK_DROP))
 
 REPEATED = "samples repeated (max)"
 DROPPED = "samples dropped (max)"
-EQUAL = "equal batch counts (N ≥ W, B ≥ 2)"
+EMPTY = "epochs with no batch at all"
+UNEQUAL = "unequal batch counts"
+UNEQUAL_LARGE = "of them with N ≥ W and B ≥ 2"
 SMALLEST = "smallest batch / batch size (N ≥ W·B)"
 ONCE = "every sample exactly once"
 USE = "use this when"
@@ -91,9 +88,7 @@ USE = "use this when"
 
 def batches(loader: Loader, size: int, world: int, batch: int) -> list[list[list[int]]]:
     """Each rank's batches (lists of dataset indices) for one configuration."""
-    with warnings.catch_warnings():
-        # Ours warns when ranks get unequal batch counts: what this finding measures.
-        warnings.filterwarnings("ignore", r".*gives ranks \d+ or \d+ batches")
+    with expecting_unequal_batches():  # what this finding measures
         return [[list(b) for b in loader(size, world, rank, batch)] for rank in range(world)]
 
 
@@ -105,7 +100,7 @@ def describe_configuration(by_rank: Sequence[Sequence[Sequence[int]]], size: int
         "repeated": sum(copies - 1 for copies in seen.values()),
         "dropped": sum(1 for index in range(size) if index not in seen),
         "equal": len({len(rank) for rank in by_rank}) == 1,
-        "empty": any(length == 0 for length in sizes),
+        "no batch": not sizes,
         "smallest": min((length for length in sizes if length > 0), default=None),
         "once": len(seen) == size and all(copies == 1 for copies in seen.values()),
     }
@@ -136,21 +131,26 @@ def measure() -> tuple[pd.DataFrame, dict[str, int]]:
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per sampler: the worst case over the grid, and when to use it."""
+    """One row per sampler: the worst case over the grid, and when to use it.
+
+    Counts are configurations of the grid; the header of the exactly-once column names
+    the grid's size, so ``yes`` there means every configuration.
+    """
     rows = []
     for name, own in frame.groupby("sampler", sort=False):
         large = own[own["dataset size"] >= own["world size"] * own["batch size"]]
         smallest = (large["smallest"] / large["batch size"]).min()
-        # The batch sampler promises equal counts from N >= W on, except for an uneven
-        # tail with batch size 1 (exactly once wins there): the column shows that range.
-        promised = own[(own["dataset size"] >= own["world size"]) & (own["batch size"] >= 2)]
+        unequal = own[~own["equal"]]
+        typical = (unequal["dataset size"] >= unequal["world size"]) & (unequal["batch size"] >= 2)
         row = {
             "sampler": name,
             REPEATED: int(own["repeated"].max()),
             DROPPED: int(own["dropped"].max()),
-            EQUAL: _yes(promised["equal"].all()),
+            EMPTY: int(own["no batch"].sum()),
+            UNEQUAL: len(unequal),
+            UNEQUAL_LARGE: int(typical.sum()),
             SMALLEST: f"{smallest:.2f}",
-            ONCE: _yes(own["once"].all()),
+            ONCE: f"{int(own['once'].sum())} of {len(own)}",
         }
         row[USE] = use_when(row, name)
         rows.append(row)
@@ -159,18 +159,26 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def use_when(row: dict[str, Any], name: str) -> str:
     """One line: the job a sampler's measured row suits, read from its numbers."""
-    once, equal = row[ONCE] == "yes", row[EQUAL] == "yes"
+    counted, total = (int(part) for part in str(row[ONCE]).split(" of "))
+    once, equal = counted == total, row[UNEQUAL] == 0
     full = float(row[SMALLEST]) == 1.0
+    typical_equal = row[UNEQUAL_LARGE] == 0
     if once and equal:
         return "exact evaluation with per-batch collectives (no hang, no repeats)"
+    if once and typical_equal:
+        return (
+            "exact evaluation with per-batch collectives when N ≥ W and B ≥ 2 (the "
+            "unequal counts measured all fall outside that)"
+        )
     if once:
         return "exact evaluation gathered once at the end (no per-batch collectives)"
     if not equal:
         return "nothing measured here"
     if row[DROPPED] == 0:
-        text = "training that must see every sample each epoch (a few repeated)"
+        text = f"training that must see every sample each epoch (up to {row[REPEATED]} repeated)"
     else:
-        text = "training without repeats (a few samples skipped each epoch)"
+        emptied = f"; {row[EMPTY]} epochs emptied" if row[EMPTY] else ""
+        text = f"training without repeats (up to {row[DROPPED]} samples skipped{emptied})"
     if full:
         text += ", full batches"
     if name.startswith("stock"):
@@ -180,19 +188,17 @@ def use_when(row: dict[str, Any], name: str) -> str:
     return text
 
 
-def _yes(value: object) -> str:
-    return "yes" if bool(value) else "no"
-
-
 def grid_sentence() -> str:
     """Where the table's numbers come from, in one paragraph."""
+    configurations = len(DATASET_SIZES) * len(WORLD_SIZES) * len(BATCH_SIZES)
     return (
         "Measured over dataset sizes "
         f"{', '.join(map(str, DATASET_SIZES))}, world sizes "
         f"{', '.join(map(str, WORLD_SIZES))} and batch sizes "
-        f"{', '.join(map(str, BATCH_SIZES))}, shuffle off, each rank read through a "
-        "DataLoader (the samplers with `batch_size`, the batch samplers as "
-        "`batch_sampler`). N: dataset size, W: world size, B: batch size."
+        f"{', '.join(map(str, BATCH_SIZES))} ({configurations} configurations; the counts "
+        "are configurations), shuffle off, each rank read through a DataLoader (the "
+        "samplers with `batch_size`, the batch samplers as `batch_sampler`). N: dataset "
+        "size, W: world size, B: batch size."
     )
 
 
@@ -209,43 +215,137 @@ def readme_table() -> str:
     return markdown(table(frame))
 
 
-def describe(frame: pd.DataFrame, summary: pd.DataFrame, identical: dict[str, int]) -> str:
-    """The prose, from the measurements and the table."""
-    configurations = len(frame) // frame["sampler"].nunique()
-    by_name = summary.set_index("sampler")
-    both = summary[(summary[ONCE] == "yes") & (summary[EQUAL] == "yes")]["sampler"].tolist()
-    once = summary[summary[ONCE] == "yes"]["sampler"].tolist()
+@dataclass(frozen=True)
+class Facts:
+    """Per sampler of :data:`LOADERS`, what the grid measured (configurations counted)."""
+
+    configurations: int
+    repeated: dict[str, int]
+    dropped: dict[str, int]
+    emptied: dict[str, int]
+    unequal: dict[str, int]
+    #: Unequal configurations with N >= W and B >= 2.
+    unequal_large: dict[str, int]
+    once: dict[str, int]
+    smallest: dict[str, float]
+    #: Ours that must stay a drop-in -> configurations identical to the stock sampler.
+    identical: dict[str, int]
+
+
+def facts(summary: pd.DataFrame, identical: dict[str, int], configurations: int) -> Facts:
+    """The counts the claim and the answers use, from the table (and the drop-in check)."""
+    rows = summary.set_index("sampler")
+
+    def column(name: str) -> dict[str, int]:
+        return {str(k): int(v) for k, v in rows[name].items()}
+
+    return Facts(
+        configurations=configurations,
+        repeated=column(REPEATED),
+        dropped=column(DROPPED),
+        emptied=column(EMPTY),
+        unequal=column(UNEQUAL),
+        unequal_large=column(UNEQUAL_LARGE),
+        once={str(k): int(str(v).split(" of ")[0]) for k, v in rows[ONCE].items()},
+        smallest={str(k): float(v) for k, v in rows[SMALLEST].items()},
+        identical=dict(identical),
+    )
+
+
+def claim(found: Facts) -> str:
+    """The claim, from the facts."""
+    total = found.configurations
+
+    def of(counts: dict[str, int], name: str, noun: str = "configurations") -> str:
+        return count_of(counts[name], total, noun)
+
+    batched = [name for name in LOADERS if name.startswith("DistributedBatchSampler")]
+    same = [found.identical[ours] for ours, _ in DROP_INS]
+    drop_ins = (
+        f"all {total} configurations, each"
+        if all(count == total for count in same)
+        else f"{joined(same)} of the {total} configurations"
+    )
+    return (
+        f"Over a grid of {total} configurations (fewer samples than ranks and batch size 1 "
+        'included), read through DataLoaders: the stock sampler and ours with tail="pad" '
+        f'repeated up to {found.repeated[STOCK_PAD]} samples per epoch and with "drop" '
+        f'skipped up to {found.dropped[STOCK_DROP]}; ours with tail="uneven" handed out '
+        f"every sample exactly once in {of(found.once, UNEVEN)} but gave ranks unequal "
+        f"batch counts in {found.unequal[UNEVEN]}. DistributedBatchSampler gave ranks unequal "
+        "batch counts in "
+        + joined(f"{found.unequal[name]} ({name.split(', ', 1)[1]})" for name in batched)
+        + f' configurations; with "uneven", whose every sample went out exactly once in '
+        f"{of(found.once, BATCHED_UNEVEN)}, {found.unequal_large[BATCHED_UNEVEN]} of its "
+        f"{found.unequal[BATCHED_UNEVEN]} unequal ones had N ≥ W and B ≥ 2. With "
+        f'"drop" it skipped up to {found.dropped[BATCHED_DROP]} samples and left '
+        f'{found.emptied[BATCHED_DROP]} epochs without a batch. Ours with "pad" and '
+        f'"drop" yielded the stock sampler\'s batches in {drop_ins}.'
+    )
+
+
+def describe(frame: pd.DataFrame, found: Facts) -> str:
+    """The prose, from the measurements and their facts."""
+    total = found.configurations
+    once = [name for name in LOADERS if found.once[name] == total]
+    both = [name for name in once if found.unequal[name] == 0]
     unequal = frame[~frame["equal"]]
     batched_once = frame[(frame["sampler"] == BATCHED_UNEVEN) & ~frame["equal"]]
     batch_one = int((batched_once["batch size"] == 1).sum())
     larger = batched_once[batched_once["batch size"] > 1]
     below = int((larger["dataset size"] < larger["world size"]).sum())
+    emptied = frame[frame["no batch"]]
+    example = emptied[emptied["dropped"] == emptied["dataset size"]]
     drop_ins = "; ".join(
-        f"{ours}: {identical[ours]} of {configurations} identical to {stock}"
+        f"{ours}: {found.identical[ours]} of {total} identical to {stock}"
         for ours, stock in DROP_INS
     )
-    return (
-        f"Over {configurations} configurations per sampler. Every sample exactly once in "
-        f"every configuration: {' and '.join(once)}; of these, equal batch counts on every "
-        f"rank too: {', '.join(both) or 'none'}. "
-        f"Ranks' batch counts differed in {len(unequal)} configurations, all with "
-        f"{', '.join(sorted(unequal['sampler'].unique()))}. The stock padding repeated up "
-        f"to {by_name.loc[STOCK_PAD, REPEATED]} samples and drop_last dropped up to "
-        f"{by_name.loc[STOCK_DROP, DROPPED]}. Drop-in: {drop_ins}. "
+    text = (
+        f"Over {total} configurations per sampler. Every sample exactly once in every "
+        f"configuration: {joined(once) or 'none'}; of these, equal batch counts on every "
+        f"rank in every configuration too: {joined(both) or 'none'}. Ranks' batch counts "
+        f"differed in {len(unequal)} (sampler, configuration) pairs, all with "
+        f"{joined(sorted(unequal['sampler'].unique()))}. The stock padding repeated up "
+        f"to {found.repeated[STOCK_PAD]} samples and drop_last dropped up to "
+        f"{found.dropped[STOCK_DROP]}. Drop-in: {drop_ins}. "
         f"{BATCHED_UNEVEN} gave ranks unequal batch counts in {len(batched_once)} "
         f"configurations: {batch_one} with batch size 1 (every sample exactly once wins "
         "there: some ranks take one batch fewer), and "
         f"{len(batched_once) - batch_one} with batch size 2 or more, of which {below} had "
-        f"fewer samples than ranks. Empty batches handed out, by any sampler: "
-        f"{int(frame['empty'].sum())}."
+        "fewer samples than ranks. "
     )
+    if not emptied.empty:
+        text += (
+            f"{len(emptied)} (sampler, configuration) pairs gave no rank a batch at all ("
+            + joined(
+                f"{count} with {name}"
+                for name, count in emptied["sampler"].value_counts(sort=False).items()
+            )
+            + ")"
+        )
+        if not example.empty:
+            row = example.iloc[0]
+            text += (
+                f", e.g. N={row['dataset size']}, W={row['world size']}, "
+                f"B={row['batch size']} with {row['sampler']}: every sample dropped"
+            )
+        text += ". "
+    text += (
+        "Our batch sampler warns when it gives ranks unequal batch counts; the measurement "
+        "provokes that on purpose and silences that one warning."
+    )
+    return text
 
 
 def build() -> Evidence:
     frame, identical = measure()
     summary = table(frame)
+    configurations = len(frame) // frame["sampler"].nunique()
+    found = facts(summary, identical, configurations)
     return Evidence(
-        prose=describe(frame, summary, identical),
+        claim=claim(found),
+        facts=found,
+        prose=describe(frame, found),
         tables=(
             Table(
                 "Worst case of each sampler over the grid, and when to use it",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -16,24 +17,12 @@ from samplers.plan import interleave
 from studies.cases import Case
 from studies.figures import draw_layout
 from studies.findings import Evidence, Picture, Table
-from studies.findings.observe import (
-    batches,
-    flat,
-    joined,
-    layout,
-    listed,
-    plan,
-    sampler_share,
-)
+from studies.findings.observe import batches, flat, layout, plan, sampler_share
+from studies.findings.wording import count_of, joined, listed, plural
 from studies.simulate import IndexDataset
 
 NAME = "tiny-datasets"
-TITLE = "Fewer samples than ranks: repeated many times, or silently nothing"
-CLAIM = (
-    "When the dataset has fewer samples than there are ranks, padding hands the same "
-    "samples out several times each; with the sampler's drop_last every rank receives zero "
-    "samples, and the stock sampler does not warn."
-)
+TITLE = "Fewer samples than ranks: repeats, or nothing at all"
 GUARDED_BY = "tests/test_findings.py::test_tiny_datasets_repeat_or_vanish"
 
 #: (dataset size, world size) of the configurations measured.
@@ -66,6 +55,34 @@ def construction_warnings(
                 drop_last=case.drop_last,
             )
     return [str(warning.message) for warning in caught]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the tiny configurations gave, without and with the sampler's drop_last."""
+
+    padded: int
+    most_copies: int
+    trimmed: int
+    emptied: int
+    stock_warnings: int
+    our_warnings: int
+    samplers_built: int
+
+
+def facts(table: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table."""
+    padded = table[~table["sampler drop_last"]]
+    trimmed = table[table["sampler drop_last"]]
+    return Facts(
+        padded=len(padded),
+        most_copies=int(padded["copies of the most repeated sample"].max()),
+        trimmed=len(trimmed),
+        emptied=int((trimmed["distinct samples received"] == 0).sum()),
+        stock_warnings=int(trimmed["stock warnings"].sum()),
+        our_warnings=int(trimmed["our warnings"].sum()),
+        samplers_built=int(trimmed["world size"].sum()),
+    )
 
 
 def build() -> Evidence:
@@ -111,11 +128,20 @@ def build() -> Evidence:
             ),
         )
 
+    found = facts(table)
     padded = table[~table["sampler drop_last"]]
     dropped = table[table["sampler drop_last"]]
     batch_counts = sorted({n for cell in dropped["batches per rank"] for n in json.loads(cell)})
     example_message = construction_warnings(
         DistributedSampler, Case(1, 8, BATCH_SIZE, drop_last=True)
+    )
+    claim = (
+        f"With fewer samples than ranks ({found.padded} configurations), padding handed a "
+        f"sample out up to {found.most_copies} times in one epoch; with the sampler's "
+        f"drop_last every rank received nothing in "
+        f"{count_of(found.emptied, found.trimmed, 'configurations')}, while the stock sampler "
+        f"raised {plural(found.stock_warnings, 'warning')} (ours: {found.our_warnings}, one "
+        f"per sampler of the {found.samplers_built} built)."
     )
     prose = (
         "Without drop_last, every rank still receives "
@@ -126,13 +152,14 @@ def build() -> Evidence:
         "With the sampler's drop_last, every rank's share is "
         f"{joined(sorted(set(dropped['samples per rank'])))} samples and its DataLoader yields "
         f"{joined(batch_counts)} batches, in "
-        f"{len(dropped)} of {len(dropped)} configurations; the stock sampler raised "
-        f"{int(dropped['stock warnings'].sum())} warnings over all of them, ours raised "
-        f"{int(dropped['our warnings'].sum())} over the {int(dropped['world size'].sum())} "
-        "samplers built with drop_last, e.g. "
-        f"`{example_message[0] if example_message else 'none'}`."
+        f"{found.emptied} of {found.trimmed} configurations; the stock sampler raised "
+        f"{found.stock_warnings} warnings over all of them, ours raised "
+        f"{found.our_warnings} over the {found.samplers_built} samplers built with drop_last, "
+        f"e.g. `{example_message[0] if example_message else 'none'}`."
     )
     return Evidence(
+        claim=claim,
+        facts=found,
         prose=prose,
         tables=(
             Table(

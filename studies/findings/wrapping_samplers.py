@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -13,20 +14,14 @@ from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomS
 from samplers import DistributedSamplerWrapper
 from samplers.plan import Strided
 from studies.findings import Evidence, Table
+from studies.findings.wording import count_of
 from studies.simulate import IndexDataset
 
 NAME = "wrapping-samplers"
 TITLE = "Sharding any sampler: one seeded stream, or a different stream on every rank"
-CLAIM = (
-    "The common way to shard a sampler (WeightedRandomSampler, RandomSampler, "
-    "SubsetRandomSampler) is to let each rank draw the wrapped sampler's stream and keep "
-    "every W-th index; when the ranks' random states differ (e.g. torch.manual_seed(seed + "
-    "rank)), each rank draws another stream, so ranks see the same samples and some "
-    "samples no rank sees. samplers.DistributedSamplerWrapper seeds the stream from "
-    "(seed, epoch) on every rank, so the ranks' parts are disjoint and together are the "
-    "stream exactly once, whatever each rank's random state, for world sizes 2 to 16."
-)
 GUARDED_BY = "tests/test_beyond_torch_findings.py::test_wrapped_streams_overlap_unless_seeded"
+#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
+SECONDS = 20
 
 #: Samples each wrapped sampler draws per epoch (its support holds this many samples).
 STREAM_SIZE = 1000
@@ -37,7 +32,10 @@ RANK_SEED = 0
 WRAPPER_SEED = 0
 
 COMMON = "each rank draws, keeps every W-th"
+LIGHTNING = "Lightning's DistributedSamplerWrapper"
 OURS = "DistributedSamplerWrapper"
+#: The patterns, in table order.
+PATTERNS = (COMMON, LIGHTNING, OURS)
 
 #: The wrapped samplers, each drawing STREAM_SIZE distinct samples per epoch (built anew
 #: on every rank, as each process builds its own).
@@ -67,6 +65,29 @@ def common_part(inner: Any, world_size: int, rank: int) -> tuple[list[int], list
     return stream, [stream[position] for position in positions]
 
 
+def lightning_part(
+    make: Callable[[], Any], world_size: int, rank: int
+) -> tuple[list[int], list[int]]:
+    """Lightning's wrapper on ``rank``, built as a user builds it (its defaults), its
+    global RNG seeded with ``RANK_SEED + rank``: (the stream it drew, the part it yields).
+
+    The wrapper draws the wrapped sampler's whole stream when iterated, from the rank's
+    global RNG; the same draw, repeated from the same seed, is the stream returned (and
+    every index of the part must come from it).
+    """
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper as Wrapper
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANK_SEED + rank)
+        stream = [int(index) for index in make()]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANK_SEED + rank)
+        part = [int(index) for index in Wrapper(make(), num_replicas=world_size, rank=rank)]
+    if not set(part) <= set(stream):
+        raise RuntimeError("Lightning's wrapper yielded indices its rank's stream lacks")
+    return stream, part
+
+
 def ours_part(inner: Any, world_size: int, rank: int) -> tuple[list[int], list[int]]:
     """Ours on ``rank``: (the stream it drew, the part it yields)."""
     wrapper = DistributedSamplerWrapper(inner, world_size, rank, seed=WRAPPER_SEED, tail="uneven")
@@ -89,12 +110,13 @@ def measure() -> pd.DataFrame:
     for name, make in INNER.items():
         support = set(int(index) for index in make())
         for world_size in WORLD_SIZES:
-            drawn: dict[str, list[tuple[list[int], list[int]]]] = {COMMON: [], OURS: []}
+            drawn: dict[str, list[tuple[list[int], list[int]]]] = {name: [] for name in PATTERNS}
             for rank in range(world_size):
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(RANK_SEED + rank)
                     drawn[COMMON].append(common_part(make(), world_size, rank))
                     drawn[OURS].append(ours_part(make(), world_size, rank))
+                drawn[LIGHTNING].append(lightning_part(make, world_size, rank))
             for pattern, streams_and_parts in drawn.items():
                 streams = [stream for stream, _ in streams_and_parts]
                 parts = [part for _, part in streams_and_parts]
@@ -133,9 +155,57 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class Facts:
+    """Per pattern, over every wrapped sampler and world size: the worst overlap and gap."""
+
+    configurations: int
+    #: pattern -> configurations with samples never seen.
+    lossy: dict[str, int]
+    #: pattern -> the most samples never seen in one configuration.
+    never: dict[str, int]
+    #: pattern -> configurations whose parts were one stream, exactly once.
+    exact: dict[str, int]
+
+
+def facts(frame: pd.DataFrame) -> Facts:
+    """The counts the claim and the answers use, from the table."""
+    grouped = frame.groupby("pattern", sort=False)
+    return Facts(
+        configurations=int(grouped.size().iloc[0]),
+        lossy={str(k): int(v) for k, v in grouped[NEVER].agg(lambda s: (s > 0).sum()).items()},
+        never={str(k): int(v) for k, v in grouped[NEVER].max().items()},
+        exact={str(k): int(v) for k, v in grouped[EXACT].sum().items()},
+    )
+
+
+def claim(found: Facts) -> str:
+    """The claim, from the facts."""
+    total = found.configurations
+
+    def lost(pattern: str) -> str:
+        return (
+            f"samples were never seen in {count_of(found.lossy[pattern], total, 'configurations')}"
+            + (f", up to {found.never[pattern]}" if found.never[pattern] else "")
+        )
+
+    return (
+        "Sharding a wrapped sampler (WeightedRandomSampler, RandomSampler, "
+        "SubsetRandomSampler) by letting each rank draw its stream and keep every W-th "
+        "index, with each rank's global RNG seeded differently (torch.manual_seed(seed + "
+        f"rank)): {lost(COMMON)} of {STREAM_SIZE}. Lightning's DistributedSamplerWrapper "
+        f"draws the stream on each rank the same way: {lost(LIGHTNING)}. "
+        "samplers.DistributedSamplerWrapper seeds the stream from (seed, epoch) on every "
+        "rank: its parts were the stream exactly once in "
+        f"{count_of(found.exact[OURS], total, 'configurations')} (world sizes "
+        f"{min(WORLD_SIZES)} to {max(WORLD_SIZES)})."
+    )
+
+
 def describe(frame: pd.DataFrame) -> str:
     """The prose, from :func:`measure`'s frame."""
     common, ours = frame[frame["pattern"] == COMMON], frame[frame["pattern"] == OURS]
+    lightning = frame[frame["pattern"] == LIGHTNING]
     worst_never = common.loc[common[NEVER].idxmax()]
     worst_several = common.loc[common[ON_SEVERAL].idxmax()]
     return (
@@ -149,17 +219,28 @@ def describe(frame: pd.DataFrame) -> str:
         f"{int(worst_never['world size'])} ranks), while up to "
         f"{int(worst_several[ON_SEVERAL])} were seen by more than one rank "
         f"({worst_several['wrapped sampler']}, {int(worst_several['world size'])} ranks). "
-        f'With DistributedSamplerWrapper (tail="uneven") the ranks drew '
-        f"{int(ours[STREAMS].max())} stream per configuration, no sample was on more than "
-        f"one rank in {int((ours[ON_SEVERAL] == 0).sum())} of {len(ours)} configurations, "
-        f"none was missed in {int((ours[NEVER] == 0).sum())}, and the parts together held "
-        f"exactly the stream's samples in {int(ours[EXACT].sum())}."
+        "Lightning's DistributedSamplerWrapper (its defaults: a DistributedSampler over the "
+        "positions of the stream, shuffled with its own seed, padded) leaves the randomness "
+        "to the wrapped sampler, so each rank draws its own stream: up to "
+        f"{int(lightning[STREAMS].max())} streams, samples never seen in "
+        f"{int((lightning[NEVER] > 0).sum())} configurations (up to "
+        f"{int(lightning[NEVER].max())}), and on more than one rank up to "
+        f"{int(lightning[ON_SEVERAL].max())}. (The guarantee matrix checks the wrappers with "
+        "a wrapped sampler seeded alike on every rank, which is not this situation.) "
+        f'With ours (tail="uneven") the ranks drew {int(ours[STREAMS].max())} stream per '
+        f"configuration, no sample was on more than one rank in "
+        f"{int((ours[ON_SEVERAL] == 0).sum())} of {len(ours)} configurations, none was "
+        f"missed in {int((ours[NEVER] == 0).sum())}, and the parts together held exactly "
+        f"the stream's samples in {int(ours[EXACT].sum())}."
     )
 
 
 def build() -> Evidence:
     frame = measure()
+    found = facts(frame)
     return Evidence(
+        claim=claim(found),
+        facts=found,
         prose=describe(frame),
         tables=(
             Table(
@@ -171,8 +252,8 @@ def build() -> Evidence:
                     f"Each wrapped sampler draws {STREAM_SIZE} distinct samples per epoch "
                     "(WeightedRandomSampler without replacement, so that overlap is a count "
                     "of samples). Rank r builds its own wrapped sampler after "
-                    f"`torch.manual_seed({RANK_SEED} + r)`; neither pattern pads (ours: "
-                    '`tail="uneven"`).'
+                    f"`torch.manual_seed({RANK_SEED} + r)`; the common pattern and ours "
+                    '(`tail="uneven"`) do not pad, Lightning\'s wrapper pads (its default).'
                 ),
             ),
         ),
