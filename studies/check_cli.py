@@ -7,11 +7,10 @@ table`` (default) for a reader, ``--format json`` a list of objects with ``guara
 ``holds`` (true, false, or null when the guarantee does not apply), ``counterexample``
 (the smallest configuration found and what went wrong, or null) and ``detail``.
 
-A factory takes, by name, any of the kit's arguments (:data:`ARGUMENTS`); one that
-requires another parameter is refused before anything runs, with the accepted names.
-``--timeout`` bounds each configuration: building the samplers and iterating them may
-take that long between two calls of the factory (on the main thread, by an interval
-timer; platforms without ``SIGALRM`` run unbounded).
+A factory takes, by name, any of the kit's arguments (``samplers.testing.ARGUMENTS``); one
+that requires another parameter is refused before anything runs, with the accepted names.
+``--timeout`` bounds each configuration (the kit's ``time_limit``: an interval timer on the
+main thread; platforms without ``SIGALRM`` run unbounded).
 
 Exit status: 0 when no guarantee is violated, 1 when one is or a configuration ran out
 of time, 2 for a ``MODULE:FACTORY`` that cannot be imported, is not callable, takes
@@ -21,24 +20,18 @@ parameters the kit does not pass, or does not build a sampler (one line naming i
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import importlib
-import inspect
 import json
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from tabulate import tabulate
 
+from samplers.testing import ARGUMENTS
+
 __all__ = [
-    "ARGUMENTS",
     "DEFAULT_TIMEOUT",
     "SHOWN",
-    "ConfigurationTimeout",
     "add_parser",
     "counterexample_text",
     "render_json",
@@ -48,16 +41,9 @@ __all__ = [
 
 #: How ``holds`` reads in the table.
 SHOWN = {True: "held", False: "violated", None: "not supported"}
-#: The keyword arguments the kit passes a factory (those it names).
-ARGUMENTS = ("dataset", "num_replicas", "rank", "seed", "batch_size")
 #: Seconds a configuration may take by default, and at most.
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 3600.0
-
-
-class ConfigurationTimeout(BaseException):
-    """A configuration ran past ``--timeout`` (a BaseException, so that no ``except
-    Exception`` of the kit or the sampler mistakes it for the sampler refusing)."""
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -110,90 +96,25 @@ def run(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.getcwd())
     try:
         factory = testing.load_factory(args.factory)
-        _check_parameters(factory, args.factory)
         testing.validated(factory, args.factory)
     except (ValueError, TypeError) as error:
-        print(f"dsampler check: error: {_with_arguments(str(error))}", file=sys.stderr)
+        accepted = f"a factory takes, by name, any of: {', '.join(ARGUMENTS)}"
+        shown = str(error) if "any of:" in str(error) else f"{error} ({accepted})"
+        print(f"dsampler check: error: {shown}", file=sys.stderr)
         return 2
-    last: dict[str, Any] = {}
     try:
-        with _time_limited(args.factory, factory, args.timeout, last) as limited:
-            results = testing.check(limited, thorough=args.thorough).to_dict("records")
-    except ConfigurationTimeout:
-        shown = ", ".join(f"{name}={value}" for name, value in last.items()) or "?"
+        checked = testing.check(factory, thorough=args.thorough, time_limit=args.timeout)
+    except testing.TimedOut as late:
         print(
             f"dsampler check: error: {args.factory}: a configuration took longer than "
-            f"--timeout {args.timeout:g} s (the last sampler built: {shown})",
+            f"--timeout {args.timeout:g} s ({late})",
             file=sys.stderr,
         )
         return 1
+    results = checked.to_dict("records")
     text = render_json(results) if args.format == "json" else render_table(args.factory, results)
     sys.stdout.write(text)
     return 1 if any(result["holds"] is False for result in results) else 0
-
-
-def _check_parameters(factory: Callable[..., Any], name: str) -> None:
-    """``TypeError`` when the factory requires a parameter the kit does not pass."""
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return  # no signature to read: the kit passes every argument
-    required = [
-        p.name
-        for p in parameters
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        and p.name not in ARGUMENTS
-    ]
-    if required:
-        raise TypeError(
-            f"{name} requires {', '.join(repr(p) for p in required)}, which the kit does not pass"
-        )
-
-
-def _with_arguments(message: str) -> str:
-    """The error, followed by the names a factory may take."""
-    return f"{message} (a factory takes, by name, any of: {', '.join(ARGUMENTS)})"
-
-
-@contextlib.contextmanager
-def _time_limited(
-    reference: str, factory: Callable[..., Any], seconds: float, last: dict[str, Any]
-) -> Iterator[Callable[..., Any]]:
-    """While the check runs, each call of the factory (re)starts a ``seconds`` timer
-    whose expiry raises :class:`ConfigurationTimeout`; ``last`` keeps the last call's
-    sizes. The wrapper takes the factory's place in its module, so the kit still finds
-    it by name (and compares it with a fresh process, which imports the original)."""
-    if not hasattr(signal, "setitimer"):
-        yield factory
-        return
-    module_name, _, name = reference.partition(":")
-
-    @functools.wraps(factory)
-    def limited(*args: Any, **kwargs: Any) -> Any:
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        dataset = kwargs.get("dataset")
-        last.clear()
-        if dataset is not None:
-            last["dataset_size"] = len(dataset)
-        last.update((key, kwargs[key]) for key in ARGUMENTS[1:] if key in kwargs)
-        return factory(*args, **kwargs)
-
-    def expire(number: int, frame: Any) -> None:
-        raise ConfigurationTimeout()
-
-    owner: Any = importlib.import_module(module_name)
-    *path, attribute = name.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    previous = signal.signal(signal.SIGALRM, expire)
-    setattr(owner, attribute, limited)
-    try:
-        yield limited
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        setattr(owner, attribute, factory)
 
 
 def _records(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -137,7 +137,6 @@ def test_readme_mesh_example_is_exact_under_torchrun(tmp_path: Path) -> None:
         assert batches == [share[:4], share[4:]], (rank, epoch)
 
 
-
 def readme_command(name: str) -> str:
     """The shell command between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
     text = README.read_text()

@@ -311,20 +311,17 @@ def test_cli_names_the_accepted_parameters(capsys: pytest.CaptureFixture[str]) -
     assert main(["check", "kit_samplers:needs_world_size"]) == 2
     err = capsys.readouterr().err
     assert "kit_samplers:needs_world_size requires 'world_size', which the kit does not" in err
-    assert "a factory takes, by name, any of: dataset, num_replicas, rank, seed, batch_size" in err
+    assert "by name, any of: dataset, num_replicas, rank, seed, batch_size" in err
     assert err.count("\n") == 1
 
 
 @pytest.mark.timeout(120)
 def test_cli_bounds_each_configuration(capsys: pytest.CaptureFixture[str]) -> None:
-    import kit_samplers as module
-
-    original = module.hanging
     assert main(["check", "kit_samplers:hanging", "--timeout", "2"]) == 1
     err = capsys.readouterr().err
     assert "kit_samplers:hanging: a configuration took longer than --timeout 2 s" in err
-    assert "(the last sampler built: dataset_size=" in err
-    assert module.hanging is original  # the factory is put back
+    size = re.search(r"dataset_size=(\d+)", err)
+    assert size is not None and int(size.group(1)) > 100  # it hangs above 100 samples
     assert main(["check", "kit_samplers:ours_uneven", "--timeout", "0"]) == 2
     assert "--timeout must be a number of seconds in (0, 3600], got 0.0" in capsys.readouterr().err
 
@@ -382,7 +379,6 @@ def test_the_matrix_finds_samplers_that_raise_for_valid_sizes_or_ignore_their_se
     assert rounded.holds is False and rounded.counterexample is not None
     assert rounded.counterexample["dataset_size"] == 0
     assert "ZeroDivisionError" in rounded.counterexample["what"]
-
 
 
 def test_the_committed_matrix_shows_what_its_claim_says() -> None:

@@ -53,6 +53,7 @@ from samplers.testing.factories import (
 from samplers.testing.registry import CHECKS, GUARANTEES, REGISTRY
 from samplers.testing.resumes import resumes_other_world_size, resumes_same_world_size
 from samplers.testing.running import (
+    ARGUMENTS,
     Configuration,
     Factory,
     Rejected,
@@ -67,12 +68,14 @@ from samplers.testing.search import (
     MAX_EPOCH,
     MAX_WORLD_SIZE,
     Result,
+    TimedOut,
     check,
     check_all,
     check_guarantee,
 )
 
 __all__ = [
+    "ARGUMENTS",
     "CHECKS",
     "EXAMPLES",
     "GUARANTEES",
@@ -86,6 +89,7 @@ __all__ = [
     "Factory",
     "Rejected",
     "Result",
+    "TimedOut",
     "Unsupported",
     "Violation",
     "check",

@@ -120,9 +120,8 @@ def validated(factory: Factory, name: str = "factory") -> Factory:
     unknown = _unknown_required(factory)
     if unknown:
         raise TypeError(
-            f"{name} requires {', '.join(map(repr, unknown))}, which the kit does not pass: "
-            f"a factory takes keyword arguments named {', '.join(ARGUMENTS)} (any of them, "
-            "or **kwargs)"
+            f"{name} requires {', '.join(map(repr, unknown))}, which the kit does not pass "
+            f"(it passes, by name, any of: {', '.join(ARGUMENTS)})"
         )
     try:
         sampler = build(factory, PROBE, 0)

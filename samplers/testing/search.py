@@ -3,8 +3,9 @@ smallest one it shrinks to is the counterexample.
 
 Derandomised by default (the same examples every run); ``thorough`` searches longer, with
 random examples. A configuration the sampler raises for is skipped (and named in the
-result) by every guarantee but ``handles-every-size``, which it violates; so is one that
-takes longer than ``time_limit`` seconds.
+result) by every guarantee but ``handles-every-size``, which it violates. A configuration
+that takes longer than ``time_limit`` seconds stops the search with :class:`TimedOut`: a
+sampler that hangs is not one to search further.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from samplers.testing.registry import CHECKS, GUARANTEES
 from samplers.testing.running import (
     Configuration,
     Factory,
-    Failure,
     Rejected,
     Unsupported,
     Violation,
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_WORLD_SIZE",
     "SEEDS",
     "Result",
+    "TimedOut",
     "check",
     "check_all",
     "check_guarantee",
@@ -59,7 +60,6 @@ SEEDS = (0, 1, 7, 2**32 + 5)
 EXAMPLES = {False: 40, True: 600}
 #: At most this many further runs of a check make a shrunk counterexample smaller.
 MINIMISE_ATTEMPTS = 400
-HANDLES = "handles-every-size"
 
 
 @dataclass(frozen=True)
@@ -159,9 +159,18 @@ def _counterexample(configuration: Configuration, violation: Violation) -> dict[
     return found
 
 
-class _TimedOut(BaseException):
+class _Expired(BaseException):
     """Raised into the running check when its time limit passes (a ``BaseException``, so
     that a sampler's ``except Exception`` does not swallow it)."""
+
+
+class TimedOut(Exception):
+    """A configuration ran past the search's ``time_limit``; ``configuration`` is it."""
+
+    def __init__(self, guarantee: str, configuration: Configuration, seconds: float) -> None:
+        super().__init__(f"{guarantee}: {_shown(configuration)} took longer than {seconds:g} s")
+        self.guarantee = guarantee
+        self.configuration = configuration
 
 
 @contextlib.contextmanager
@@ -176,7 +185,7 @@ def _time_limit(seconds: float | None) -> Iterator[None]:
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise _TimedOut
+        raise _Expired
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -191,20 +200,17 @@ def _violation(
     guarantee: str, factory: Factory, configuration: Configuration, time_limit: float | None
 ) -> Violation | None:
     """The violation the check raises, ``None`` when it holds. Any other error of the
-    sampler (building or iterating it), or running past ``time_limit``, means it does not
-    take this configuration: :class:`Rejected` (a violation of ``handles-every-size``)."""
+    sampler (building or iterating it) means it does not take this configuration:
+    :class:`Rejected` (a violation of ``handles-every-size``). Running past ``time_limit``
+    raises :class:`TimedOut`."""
     try:
         with _time_limit(time_limit):
             CHECKS[guarantee](factory, configuration)
     except (Violation, Unsupported, Rejected):
         raise
-    except _TimedOut:
-        error = TimeoutError(f"did not finish within {time_limit:g} s")
-        if guarantee == HANDLES:
-            raise Failure(
-                None, configuration.epoch, f"the sampler {error}", "a job hangs", {}
-            ).violation(HANDLES) from None
-        raise Rejected(error) from None
+    except _Expired:
+        assert time_limit is not None
+        raise TimedOut(guarantee, configuration, time_limit) from None
     except Exception as error:
         raise Rejected(error) from error
     return None
@@ -220,7 +226,8 @@ def check_guarantee(
     """Search configurations for a violation of ``guarantee`` (an id of ``GUARANTEES``)
     and return the smallest one hypothesis shrinks to, or that it held (or does not apply).
 
-    ``time_limit``: seconds a configuration may take (``None``: no limit).
+    ``time_limit``: seconds a configuration may take (``None``: no limit); past it the
+    search stops with :class:`TimedOut`.
     """
     if guarantee not in CHECKS:
         raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")

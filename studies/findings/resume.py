@@ -268,8 +268,8 @@ def claim(found: Facts) -> str:
         f"{count_of(found.skip_lost, found.moved, 'configurations')} resumed on another "
         f"world size, up to {found.skip_never}. Our samplers' state_dict()/load_state_dict() "
         'saw every sample exactly once with tail "uneven" in '
-        f"{count_of(found.held['uneven'], total, 'configurations')}; with \"pad\" every "
-        f"sample and with \"drop\" none twice, repeating or leaving out fewer samples than the "
+        f'{count_of(found.held["uneven"], total, "configurations")}; with "pad" every '
+        f'sample and with "drop" none twice, repeating or leaving out fewer samples than the '
         "world size whose layout ended the epoch (W' when resumed mid-epoch, W when the epoch "
         f"had ended), in {found.held['pad']} and {found.held['drop']}. Stopped after the "
         "epoch's last step, our state handed out nothing more of the epoch in "
