@@ -35,7 +35,7 @@ import bisect
 import torch
 
 from samplers.plan import TAILS, Tail
-from samplers.token_order import TokenOrder
+from samplers.token_order import TokenOrder, repeat
 
 __all__ = ["TokenLayout"]
 
@@ -263,7 +263,7 @@ class TokenLayout:
         sizes = ends - starts
         offsets = torch.cumsum(sizes, 0) - sizes
         flat = torch.arange(int(sizes.sum()), dtype=torch.int64)
-        flat += torch.repeat_interleave(starts - offsets, sizes)
+        flat += repeat(starts - offsets, sizes)
         return flat, sizes.tolist()
 
     def positions(self, rank: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:

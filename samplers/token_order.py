@@ -43,6 +43,7 @@ from samplers.plan import Order, Permutation, make_order
 
 __all__ = [
     "CHUNK_SAMPLES",
+    "CONCURRENT_WINDOWS",
     "COSTS",
     "LEVELS",
     "WINDOW_BATCHES",
@@ -51,6 +52,7 @@ __all__ = [
     "TokenOrder",
     "batch_costs",
     "default_window",
+    "repeat",
 ]
 
 #: How a batch's cost is counted: ``"padded"`` = longest length x count, ``"sum"`` = the
@@ -64,6 +66,8 @@ LEVELS = 64
 WINDOW_BATCHES = 64
 #: Whole windows are planned together in chunks of about this many samples.
 CHUNK_SAMPLES = 1 << 18
+#: Chunks of at least this many windows are cut all windows at once (see ``_cut``).
+CONCURRENT_WINDOWS = 16
 #: Chunks kept planned (their indices): the one being read and the one before.
 CACHED_CHUNKS = 2
 
@@ -79,11 +83,28 @@ def default_window(lengths: torch.Tensor, max_tokens: int) -> int:
     return max(1, WINDOW_BATCHES * per_batch)
 
 
+def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Each of ``values`` repeated ``counts`` times (non-negative), in order.
+
+    ``torch.repeat_interleave`` does the same, but its CPU kernel wakes the intra-op
+    thread pool even for a handful of elements, which costs milliseconds per call on a
+    busy machine; a cumulative sum of boundary marks costs microseconds.
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return values[:0]
+    ends = torch.cumsum(counts, 0)[:-1]
+    ends = ends[ends < total]
+    marks = torch.zeros(total, dtype=torch.int64)
+    marks.index_add_(0, ends, torch.ones_like(ends))
+    return values[torch.cumsum(marks, 0)]
+
+
 def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: Cost) -> torch.Tensor:
     """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each."""
     if sizes.numel() == 0:
         return torch.zeros(0, dtype=torch.int64)
-    batch = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
+    batch = repeat(torch.arange(sizes.numel()), sizes)
     values = lengths.to(torch.int64)
     if cost == "sum":
         return torch.zeros(sizes.numel(), dtype=torch.int64).index_add_(0, batch, values)
@@ -269,7 +290,7 @@ class TokenOrder(Order):
         new_starts = torch.cumsum(new_sizes, 0) - new_sizes
         moved_to = torch.empty_like(starts)
         moved_to[sequence] = new_starts
-        shift = torch.repeat_interleave(moved_to - starts, sizes)
+        shift = repeat(moved_to - starts, sizes)
         ordered = torch.empty_like(indices)
         ordered[local + shift] = indices
         dtype = torch.int32 if self.size < 2**31 else torch.int64
@@ -280,9 +301,10 @@ class TokenOrder(Order):
     ) -> torch.Tensor:
         """Greedy batch starts (local positions) of the windows of sorted ``lengths``.
 
-        ``after[i]`` is where a batch starting at ``i`` ends; every window's chain of batch
-        starts is followed at once, one batch per iteration (as many iterations as the
-        window with the most batches has, never one per sample).
+        ``after[i]`` is where a batch starting at ``i`` ends. With many windows, every
+        window's chain of batch starts is followed at once, one batch per iteration (as
+        many iterations as the window with the most batches has, never one per sample);
+        with few, the single chain through them is followed in Python.
         """
         budget = self.max_tokens
         if self.cost == "padded":
@@ -293,6 +315,14 @@ class TokenOrder(Order):
             total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
+        windows = -(-count // self.window)
+        if windows < CONCURRENT_WINDOWS:
+            # Few windows: follow the one chain through them in Python (one step per batch).
+            reach, found, position = after.tolist(), [], 0
+            while position < count:
+                found.append(position)
+                position = reach[position]
+            return torch.tensor(found, dtype=torch.int64)
         after = torch.cat([after, torch.tensor([count])])
         is_start = torch.zeros(count, dtype=torch.bool)
         current = torch.arange(0, count, self.window, dtype=torch.int64)

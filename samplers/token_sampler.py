@@ -271,7 +271,7 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         self._pending = None
         self._undo = (*before, self.epoch)
         start, finished = (0, False) if resumed is None else resumed
-        layout = self.layout(start)
+        layout = self.layout(min(start, self.lengths.numel()))
         self._iterator = TokenBatchIterator(
             layout, self.rank, closed=finished, at_end=self._warn_unequal
         )
@@ -371,7 +371,9 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
                 )
             steps = consumed
         layout = iterator.layout
-        finished = iterator.closed or not layout.batches(self.rank, steps, steps + 1)[1]
+        # Rank 0 takes the most batches: the epoch is over when it has none left, which
+        # every rank computes alike after the same number of steps.
+        finished = iterator.closed or not layout.batches(0, steps, steps + 1)[1]
         position = layout.stop if finished else layout.position_after(steps)
         return self._state(layout.order.epoch, position, finished)
 
@@ -439,6 +441,8 @@ def checked_lengths(lengths: Any) -> torch.Tensor:
             "lengths must be a sequence, numpy array or tensor of integers, got "
             f"{type(lengths).__name__}"
         )
+    if values.numel() == 0 and not isinstance(lengths, torch.Tensor):
+        values = values.to(torch.int64)  # an empty list: no dtype to go by
     if values.dim() != 1:
         raise ValueError(f"lengths must be one-dimensional, got shape {tuple(values.shape)}")
     if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
