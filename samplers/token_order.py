@@ -46,6 +46,7 @@ __all__ = [
     "CONCURRENT_WINDOWS",
     "COSTS",
     "LEVELS",
+    "MIN_WINDOWS",
     "WINDOW_BATCHES",
     "Cost",
     "Span",
@@ -64,6 +65,8 @@ COSTS: tuple[Cost, ...] = get_args(Cost)
 LEVELS = 64
 #: The default window holds about this many batches' worth of samples at the mean length.
 WINDOW_BATCHES = 64
+#: The default window leaves at least this many windows in the epoch.
+MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks of about this many samples.
 CHUNK_SAMPLES = 1 << 18
 #: Chunks of at least this many windows are cut all windows at once (see ``_cut``).
@@ -73,14 +76,18 @@ CACHED_CHUNKS = 2
 
 
 def default_window(lengths: torch.Tensor, max_tokens: int) -> int:
-    """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, at least 1.
+    """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, but at most
+    ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1).
 
-    Integer arithmetic on the lengths alone, so every rank computes the same window.
+    A window holding the whole dataset would give the same batches every epoch (sorted
+    by length), so a small dataset gets a few windows; a window of fewer samples than a
+    batch holds would cut batches short, hence the floor. Integer arithmetic on the
+    lengths alone, so every rank computes the same window.
     """
     size = lengths.numel()
-    total = int(lengths.sum()) if size else 0
+    total = int(lengths.sum(dtype=torch.int64)) if size else 0
     per_batch = max(1, max_tokens * size // max(total, 1))
-    return max(1, WINDOW_BATCHES * per_batch)
+    return max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -130,13 +130,13 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         [2, 2]
         >>> batches = [list(sampler) for sampler in ranks]
         >>> batches
-        [[[9, 3, 6], [0, 7, 1]], [[5, 8], [2, 4]]]
+        [[[4, 5], [2, 8]], [[7, 1, 9, 3], [0, 6]]]
         >>> [[max(lengths[i] for i in batch) * len(batch) for batch in share]
         ...  for share in batches]  # each batch padded to its longest: at most 16 tokens
-        [[9, 15], [14, 16]]
+        [[14, 16], [16, 10]]
         >>> ranks[1].set_epoch(1)
         >>> [batch.tolist() for batch in DataLoader(range(10), batch_sampler=ranks[1])]
-        [[4, 8], [2, 5]]
+        [[8, 0], [4, 7], [3]]
 
     Args:
         lengths: each sample's length (tokens, frames, ...): a sequence, numpy array or
@@ -152,8 +152,9 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         cost: ``"padded"`` or ``"sum"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         window: samples sorted together; default: about 64 batches' worth at the mean
-            length. Larger windows pad less and shuffle less (a window as large as the
-            dataset gives nearly the same batches every epoch).
+            length, and at most a quarter of the dataset. Larger windows pad less and
+            shuffle less: a window as large as the dataset gives the same batches every
+            epoch (sorted by length), only their order changes.
         permutation: ``"randperm"`` (default) or ``"feistel"`` (nothing of size ``N``
             drawn: the permutation is computed window by window).
     """

@@ -389,3 +389,33 @@ def test_a_sampler_pickles_without_its_plans() -> None:
     copy = pickle.loads(pickle.dumps(sampler))
     copy.set_epoch(0)
     assert list(copy) == first
+
+
+# --- the guarantee kit -------------------------------------------------------------------
+
+
+def kit_factory(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    """The sampler as the guarantee kit builds it: lengths derived from the dataset size."""
+    lengths = [(index * 37) % 50 + 1 for index in range(len(dataset))]
+    return DistributedTokenBatchSampler(lengths, 128, num_replicas, rank, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "guarantee",
+    [
+        "len-matches-iteration",
+        "equal-batch-counts",
+        "exactly-once",
+        "reshuffles-with-set-epoch",
+        "resumes-same-world-size",
+        "resumes-other-world-size",
+    ],
+)
+def test_the_guarantee_kit_checks_it(guarantee) -> None:
+    from samplers.testing import CHECKS, Configuration
+
+    for size, world, taken, other in ((40, 3, 2, 2), (301, 4, 5, 7), (1000, 8, 9, 3)):
+        configuration = Configuration(
+            dataset_size=size, world_size=world, epoch=1, taken=taken, other_world_size=other
+        )
+        CHECKS[guarantee](kit_factory, configuration)  # raises a Violation if it fails
