@@ -68,24 +68,26 @@ WINDOW_BATCHES = 64
 #: The default window leaves at least this many windows in the epoch.
 MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks of about this many samples.
-CHUNK_SAMPLES = 1 << 18
+CHUNK_SAMPLES = 1 << 16
 #: Chunks of at least this many windows are cut all windows at once (see ``_cut``).
 CONCURRENT_WINDOWS = 16
 #: Chunks kept planned (their indices): the one being read and the one before.
-CACHED_CHUNKS = 2
+CACHED_CHUNKS = 4
 
 
-def default_window(lengths: torch.Tensor, max_tokens: int) -> int:
+def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = None) -> int:
     """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, but at most
     ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1).
 
     A window holding the whole dataset would give the same batches every epoch (sorted
     by length), so a small dataset gets a few windows; a window of fewer samples than a
     batch holds would cut batches short, hence the floor. Integer arithmetic on the
-    lengths alone, so every rank computes the same window.
+    lengths alone (``total`` is their sum, when known), so every rank computes the same
+    window.
     """
     size = lengths.numel()
-    total = int(lengths.sum(dtype=torch.int64)) if size else 0
+    if total is None:
+        total = int(lengths.sum(dtype=torch.int64)) if size else 0
     per_batch = max(1, max_tokens * size // max(total, 1))
     return max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
 

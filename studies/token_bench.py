@@ -1,0 +1,206 @@
+"""Time and memory to plan an epoch of token batches: ours and the three others, recorded.
+
+Run ``python -m studies.token_bench`` (a few minutes): for each sampler of
+:mod:`studies.token_batching` and each dataset size, fresh processes each build rank
+``W - 1``'s sampler for ``W`` = :data:`WORLD_SIZE` over lognormal lengths and measure the
+time to its first batch, the time to its last batch (the rank's whole epoch), and the peak
+resident memory above the process's baseline. Medians (and the range) of the repeats are
+written with the machine's facts to :data:`RECORDED`, which the token-batches finding
+shows; nothing there is timed when the reports are built.
+
+How a process measures (``--probe``): it imports everything, prepares the sampler's input
+as its users hold it (a tensor of lengths; a list of ints for transformers' sampler),
+runs a small warm-up, then takes its baseline resident set (psutil). The clock runs from
+building the sampler to the first batch, and on to the last one; the peak is the kernel's
+high-water mark (``ru_maxrss``) after the epoch minus the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["QUANTITIES", "RECORDED", "SIZES", "WORLD_SIZE", "load", "probe", "run"]
+
+RECORDED = Path(__file__).resolve().parent / "data" / "token-bench.json"
+SIZES = (10**6, 10**7)
+WORLD_SIZE = 8
+MAX_TOKENS = 16384
+REPEATS = 3
+QUANTITIES = ("first batch (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
+SAMPLERS = ("ours", "stock", "length-grouped", "sorted-by-size")
+
+
+def _batches(name: str, lengths: Any, size: int, batch_size: int) -> Callable[[], Iterator[Any]]:
+    """A function that builds rank ``W - 1``'s sampler and returns its batch iterator."""
+    from studies import token_batching
+
+    rank = WORLD_SIZE - 1
+    if name == "ours":
+        from samplers import DistributedTokenBatchSampler
+
+        def build() -> Iterator[Any]:
+            return iter(DistributedTokenBatchSampler(lengths, MAX_TOKENS, WORLD_SIZE, rank))
+
+    elif name == "stock":
+        from torch.utils.data import BatchSampler
+        from torch.utils.data.distributed import DistributedSampler
+
+        def build() -> Iterator[Any]:
+            sampler = DistributedSampler(range(size), WORLD_SIZE, rank, seed=0)
+            return iter(BatchSampler(sampler, batch_size, drop_last=False))
+
+    elif name == "length-grouped":
+        from torch.utils.data import BatchSampler
+        from transformers.trainer_pt_utils import DistributedLengthGroupedSampler
+
+        def build() -> Iterator[Any]:
+            sampler = DistributedLengthGroupedSampler(
+                batch_size, num_replicas=WORLD_SIZE, rank=rank, seed=0, lengths=lengths
+            )
+            return iter(BatchSampler(sampler, batch_size, drop_last=False))
+
+    elif name == "sorted-by-size":
+
+        def build() -> Iterator[Any]:
+            shares = token_batching.sorted_by_size(lengths, WORLD_SIZE, 0, 0, MAX_TOKENS)
+            return iter(shares[rank])
+
+    else:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {name!r}")
+    return build
+
+
+def _input(name: str, size: int) -> Any:
+    from studies.token_lengths import synthetic_lengths
+
+    lengths = synthetic_lengths(size)
+    return lengths.tolist() if name == "length-grouped" else lengths
+
+
+def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
+    """One measurement in this process (see the module)."""
+    import psutil
+
+    warnings.simplefilter("ignore", UserWarning)
+    for _ in _batches(name, _input(name, 1000), 1000, batch_size)():
+        pass  # warm-up: one-off imports and initialisation
+    build = _batches(name, _input(name, size), size, batch_size)
+    baseline = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    iterator = build()
+    next(iterator)
+    first = time.perf_counter()
+    for _ in iterator:
+        pass
+    end = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        QUANTITIES[0]: first - start,
+        QUANTITIES[1]: end - start,
+        QUANTITIES[2]: max(peak - baseline, 0) / 10**6,
+    }
+
+
+def _fresh(name: str, size: int, batch_size: int, timeout: float) -> dict[str, float]:
+    root = Path(__file__).resolve().parents[1]
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    command = [sys.executable, "-m", __name__, "--probe", name, str(size), str(batch_size)]
+    done = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} at {size:,} failed:\n{done.stderr}")
+    measured: dict[str, float] = json.loads(done.stdout)
+    return measured
+
+
+def batch_size() -> int:
+    """The fixed batch size with ours' mean samples per batch (20,000 lognormal lengths)."""
+    from studies.token_batching import batch_size_like, ours
+    from studies.token_lengths import synthetic_lengths
+
+    return batch_size_like(ours(synthetic_lengths(20_000), WORLD_SIZE, 0, 0, MAX_TOKENS))
+
+
+def run(
+    sizes: Sequence[int] = SIZES,
+    repeats: int = REPEATS,
+    samplers: Sequence[str] = SAMPLERS,
+    timeout: float = 900,
+) -> dict[str, Any]:
+    """Measure every sampler at every size ``repeats`` times; the record :func:`load` reads."""
+    import psutil
+
+    fixed = batch_size()
+    rows = []
+    for size in sizes:
+        for name in samplers:
+            runs = [_fresh(name, size, fixed, timeout) for _ in range(repeats)]
+            for quantity in QUANTITIES:
+                values = [measured[quantity] for measured in runs]
+                rows.append(
+                    {
+                        "sampler": name,
+                        "size": size,
+                        "quantity": quantity,
+                        "median": statistics.median(values),
+                        "min": min(values),
+                        "max": max(values),
+                    }
+                )
+            print(f"{name} at {size:,}: done", file=sys.stderr)
+    return {
+        "machine": {
+            "cores": os.cpu_count(),
+            "memory (GB)": round(psutil.virtual_memory().total / 10**9),
+            "Python": platform.python_version(),
+            "torch": torch.__version__,
+        },
+        "world size": WORLD_SIZE,
+        "rank": WORLD_SIZE - 1,
+        "max_tokens": MAX_TOKENS,
+        "batch size": fixed,
+        "repeats": repeats,
+        "rows": rows,
+    }
+
+
+def load(path: Path = RECORDED) -> dict[str, Any]:
+    """The recorded run."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--probe", nargs=3, metavar=("SAMPLER", "SIZE", "BATCH_SIZE"))
+    parser.add_argument("--sizes", type=float, nargs="+", default=list(SIZES))
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--out", type=Path, default=RECORDED)
+    arguments = parser.parse_args(argv)
+    if arguments.probe:
+        name, size, fixed = arguments.probe
+        print(json.dumps(probe(name, int(size), int(fixed))))
+        return
+    record = run([int(size) for size in arguments.sizes], arguments.repeats)
+    arguments.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"written to {arguments.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
