@@ -39,6 +39,7 @@ __all__ = [
     "order_change",
     "ours",
     "sorted_by_size",
+    "step_balance",
     "stock",
 ]
 
@@ -204,6 +205,23 @@ def measure(
         "samples repeated": int((seen - 1).clamp(min=0).sum()),
         "samples not seen": int((seen == 0).sum()),
     }
+
+
+def step_balance(lengths: torch.Tensor, shares: Shares) -> list[float]:
+    """Each step's slowest rank's padded tokens divided by the ranks' mean."""
+    values = lengths.tolist()
+    steps = max((len(share) for share in shares), default=0)
+    ratios = []
+    for step in range(steps):
+        costs = [
+            max((values[i] for i in share[step]), default=0) * len(share[step])
+            if step < len(share)
+            else 0
+            for share in shares
+        ]
+        mean = sum(costs) / len(costs)
+        ratios.append(max(costs) / mean if mean else 1.0)
+    return ratios
 
 
 def _placement(shares: Shares, size: int) -> tuple[torch.Tensor, torch.Tensor]:

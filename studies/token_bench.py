@@ -10,7 +10,8 @@ shows; nothing there is timed when the reports are built.
 
 How a process measures (``--probe``): it imports everything, prepares the sampler's input
 as its users hold it (a tensor of lengths; a list of ints for transformers' sampler),
-runs a small warm-up, then takes its baseline resident set (psutil). The clock runs from
+runs a small warm-up on :data:`THREADS` intra-op thread, then takes its baseline
+resident set (psutil). The clock runs from
 building the sampler to the first batch, and on to the last one; the peak is the kernel's
 high-water mark (``ru_maxrss``) after the epoch minus the baseline.
 """
@@ -40,6 +41,10 @@ SIZES = (10**6, 10**7)
 WORLD_SIZE = 8
 MAX_TOKENS = 16384
 REPEATS = 3
+#: torch's intra-op threads in each measuring process. One: on a machine whose cores are
+#: busy with other work, more threads than free cores make torch's pool wait on itself,
+#: which measures the machine's load rather than the samplers.
+THREADS = 1
 QUANTITIES = ("first batch (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
 SAMPLERS = ("ours", "stock", "length-grouped", "sorted-by-size")
 
@@ -92,9 +97,10 @@ def _input(name: str, size: int) -> Any:
 
 
 def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
-    """One measurement in this process (see the module)."""
+    """One measurement in this process (see the module), on :data:`THREADS` thread(s)."""
     import psutil
 
+    torch.set_num_threads(THREADS)
     warnings.simplefilter("ignore", UserWarning)
     for _ in _batches(name, _input(name, 1000), 1000, batch_size)():
         pass  # warm-up: one-off imports and initialisation
@@ -119,7 +125,15 @@ def _fresh(name: str, size: int, batch_size: int, timeout: float) -> dict[str, f
     root = Path(__file__).resolve().parents[1]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    command = [sys.executable, "-m", __name__, "--probe", name, str(size), str(batch_size)]
+    command = [
+        sys.executable,
+        "-m",
+        "studies.token_bench",
+        "--probe",
+        name,
+        str(size),
+        str(batch_size),
+    ]
     done = subprocess.run(
         command, env=environment, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -171,6 +185,7 @@ def run(
             "Python": platform.python_version(),
             "torch": torch.__version__,
         },
+        "threads": THREADS,
         "world size": WORLD_SIZE,
         "rank": WORLD_SIZE - 1,
         "max_tokens": MAX_TOKENS,

@@ -92,6 +92,7 @@ MODULES: tuple[str, ...] = (
     "resume",
     "speed",
     "guarantees",
+    "token_batches",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
