@@ -53,6 +53,7 @@ __all__ = [
     "TokenOrder",
     "batch_costs",
     "default_window",
+    "length_sum",
     "repeat",
 ]
 
@@ -87,9 +88,19 @@ def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = N
     """
     size = lengths.numel()
     if total is None:
-        total = int(lengths.sum(dtype=torch.int64)) if size else 0
+        total = length_sum(lengths)
     per_batch = max(1, max_tokens * size // max(total, 1))
     return max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
+
+
+def length_sum(lengths: torch.Tensor) -> int:
+    """The exact sum of ``lengths``, a chunk at a time: summing an int32 tensor into int64
+    at once first casts all of it (8 bytes a sample)."""
+    step = CHUNK_SAMPLES * 16
+    return sum(
+        int(lengths[start : start + step].sum(dtype=torch.int64))
+        for start in range(0, lengths.numel(), step)
+    )
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from samplers import agreement, checks
 from samplers.epochs import EpochCounter
 from samplers.plan import TAILS, Permutation, Tail
 from samplers.token_layout import TokenLayout
-from samplers.token_order import COSTS, Cost, TokenOrder, default_window
+from samplers.token_order import COSTS, Cost, TokenOrder, default_window, length_sum
 
 __all__ = ["STATE_VERSION", "DistributedTokenBatchSampler", "TokenBatchIterator"]
 
@@ -184,7 +184,7 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         self.tail: Tail = _choice("tail", tail, TAILS)  # type: ignore[assignment]
         self.cost: Cost = _choice("cost", cost, COSTS)  # type: ignore[assignment]
         self.permutation: Permutation = checks.permutation(permutation)
-        self.length_sum = int(self.lengths.sum(dtype=torch.int64))
+        self.length_sum = length_sum(self.lengths)
         self.window = (
             default_window(self.lengths, self.max_tokens, self.length_sum)
             if window is None

@@ -45,6 +45,8 @@ REPEATS = 3
 #: busy with other work, more threads than free cores make torch's pool wait on itself,
 #: which measures the machine's load rather than the samplers.
 THREADS = 1
+#: How far the high-water mark may exceed the baseline before the sampler is built.
+SLACK = 64 * 10**6
 QUANTITIES = ("first batch (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
 SAMPLERS = ("ours", "stock", "length-grouped", "sorted-by-size")
 
@@ -90,8 +92,11 @@ def _batches(name: str, lengths: Any, size: int, batch_size: int) -> Callable[[]
 
 
 def _input(name: str, size: int) -> Any:
+    """The sampler's input as its users hold it (the stock sampler takes no lengths)."""
     from studies.token_lengths import synthetic_lengths
 
+    if name == "stock":
+        return None
     lengths = synthetic_lengths(size)
     return lengths.tolist() if name == "length-grouped" else lengths
 
@@ -106,6 +111,12 @@ def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
         pass  # warm-up: one-off imports and initialisation
     build = _batches(name, _input(name, size), size, batch_size)
     baseline = psutil.Process().memory_info().rss
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if before > baseline + SLACK:
+        raise RuntimeError(
+            f"preparing the input left a high-water mark {(before - baseline) / 10**6:,.0f} MB "
+            "above the baseline: the peak would be the preparation's, not the sampler's"
+        )
     start = time.perf_counter()
     iterator = build()
     next(iterator)
@@ -175,6 +186,7 @@ def run(
                         "median": statistics.median(values),
                         "min": min(values),
                         "max": max(values),
+                        "processes": repeats,
                     }
                 )
             print(f"{name} at {size:,}: done", file=sys.stderr)
@@ -190,7 +202,6 @@ def run(
         "rank": WORLD_SIZE - 1,
         "max_tokens": MAX_TOKENS,
         "batch size": fixed,
-        "repeats": repeats,
         "rows": rows,
     }
 
@@ -206,13 +217,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probe", nargs=3, metavar=("SAMPLER", "SIZE", "BATCH_SIZE"))
     parser.add_argument("--sizes", type=float, nargs="+", default=list(SIZES))
     parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(SAMPLERS))
     parser.add_argument("--out", type=Path, default=RECORDED)
+    parser.add_argument(
+        "--merge", action="store_true", help="add the rows to the record at --out (same machine)"
+    )
     arguments = parser.parse_args(argv)
     if arguments.probe:
         name, size, fixed = arguments.probe
         print(json.dumps(probe(name, int(size), int(fixed))))
         return
-    record = run([int(size) for size in arguments.sizes], arguments.repeats)
+    sizes = [int(size) for size in arguments.sizes]
+    record = run(sizes, arguments.repeats, arguments.samplers)
+    if arguments.merge:
+        previous = load(arguments.out)
+        if previous["machine"] != record["machine"]:
+            raise SystemExit(
+                f"--merge: the record at {arguments.out} is from {previous['machine']}, this "
+                f"machine is {record['machine']}"
+            )
+        replaced = {(row["sampler"], row["size"]) for row in record["rows"]}
+        kept = [row for row in previous["rows"] if (row["sampler"], row["size"]) not in replaced]
+        record = {**previous, "rows": kept + record["rows"]}
     arguments.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"written to {arguments.out}", file=sys.stderr)
 

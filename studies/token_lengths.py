@@ -51,6 +51,8 @@ TOKEN = re.compile(rb"\w+|[^\w\s]")
 #: Documents are truncated to this many tokens.
 CONTEXT = 4096
 RECORDED = Path(__file__).resolve().parent / "data" / "torch-source-token-lengths.json"
+#: Synthetic lengths are drawn this many at a time.
+DRAW_CHUNK = 1 << 20
 
 
 def package_root() -> Path:
@@ -111,10 +113,18 @@ def real_lengths(context: int = CONTEXT) -> torch.Tensor:
 def synthetic_lengths(
     size: int, *, mu: float = 6.0, sigma: float = 0.9, seed: int = 0, context: int = CONTEXT
 ) -> torch.Tensor:
-    """``size`` lognormal lengths (``exp(N(mu, sigma))``, at least 1), truncated to ``context``."""
+    """``size`` lognormal lengths (``exp(N(mu, sigma))``, at least 1), truncated to ``context``.
+
+    They are drawn :data:`DRAW_CHUNK` at a time from one generator (the same numbers as
+    one draw of all of them), so the float64 intermediates stay small.
+    """
     generator = torch.Generator().manual_seed(seed)
-    normal = torch.randn(size, generator=generator, dtype=torch.float64)
-    return torch.exp(normal * sigma + mu).round().to(torch.int64).clamp(1, context)
+    lengths = torch.empty(size, dtype=torch.int64)
+    for start in range(0, size, DRAW_CHUNK):
+        count = min(DRAW_CHUNK, size - start)
+        normal = torch.randn(count, generator=generator, dtype=torch.float64)
+        lengths[start : start + count] = torch.exp(normal * sigma + mu).round().clamp(1, context)
+    return lengths
 
 
 def main(argv: list[str] | None = None) -> None:

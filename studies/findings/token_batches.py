@@ -3,6 +3,7 @@ a fairseq-style sort, on synthetic and real length distributions."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -132,11 +133,16 @@ def recorded_bench() -> tuple[pd.DataFrame, dict[str, Any]]:
     frame = pd.DataFrame(record["rows"])
     frame["sampler"] = frame["sampler"].map(NAMES)
     frame["value"] = [
-        f"{row['median']:,.2f} ({row['min']:,.2f}..{row['max']:,.2f})"
+        f"{row['median']:,.2f}"
+        + (f" ({row['min']:,.2f}..{row['max']:,.2f})" if row["processes"] > 1 else "")
         for _, row in frame.iterrows()
     ]
     table = frame.pivot_table(
-        index=["size", "sampler"], columns="quantity", values="value", aggfunc="first", sort=False
+        index=["size", "processes", "sampler"],
+        columns="quantity",
+        values="value",
+        aggfunc="first",
+        sort=False,
     )
     table = table[list(token_bench.QUANTITIES)].reset_index()
     table["size"] = [f"{size:,}" for size in table["size"]]
@@ -144,13 +150,18 @@ def recorded_bench() -> tuple[pd.DataFrame, dict[str, Any]]:
     return table.rename(columns={"size": "samples"}), record
 
 
+def _unsigned_zero(text: str) -> str:
+    """``-0.00`` (a small negative number rounded) written as ``0.00``."""
+    return text[1:] if re.fullmatch(r"-0(\.0+)?%?", text) else text
+
+
 def _range(values: pd.Series, form: str) -> str:
-    low, high = float(values.min()), float(values.max())
-    return (
-        format(low, form)
-        if format(low, form) == format(high, form)
-        else (f"{low:{form}} to {high:{form}}")
+    """``low to high`` of ``values`` in ``form``, or one value when both read the same."""
+    low, high = (
+        bound.item() if hasattr(bound, "item") else bound for bound in values.agg(["min", "max"])
     )
+    shown = tuple(_unsigned_zero(format(bound, form)) for bound in (low, high))
+    return shown[0] if shown[0] == shown[1] else f"{shown[0]} to {shown[1]}"
 
 
 def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, record: Any) -> str:
@@ -225,22 +236,33 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         "overhead)."
     )
     machine = ", ".join(f"{key} {value}" for key, value in record["machine"].items())
-    largest = max(int(size.replace(",", "")) for size in bench["samples"])
+    first, whole, peak = token_bench.QUANTITIES
 
-    def cell(sampler: str, quantity: str) -> str:
-        match = bench[(bench["samples"] == f"{largest:,}") & (bench["sampler"] == sampler)]
+    def cell(size: str, sampler: str, quantity: str) -> str:
+        match = bench[(bench["samples"] == size) & (bench["sampler"] == sampler)]
         return str(match.iloc[0][quantity]).split(" ")[0] if len(match) else "-"
 
-    first, whole, peak = token_bench.QUANTITIES
+    parts = []
+    for size in dict.fromkeys(bench["samples"]):
+        parts.append(
+            f"at {size} samples ours gave its first batch after {cell(size, OURS, first)} s "
+            f"and its last after {cell(size, OURS, whole)} s (planning the epoch as it goes), "
+            f"peaking {cell(size, OURS, peak)} MB above the baseline; the stock sampler "
+            f"{cell(size, NAMES['stock'], first)} s, {cell(size, NAMES['stock'], whole)} s "
+            f"and {cell(size, NAMES['stock'], peak)} MB"
+        )
+    sorting = [
+        f"{name} {cell(size, NAMES[key], first)} s at {size}"
+        for size in dict.fromkeys(bench["samples"])
+        for key, name in (("length-grouped", "transformers'"), ("sorted-by-size", "the sort"))
+        if cell(size, NAMES[key], first) != "-"
+    ]
     text += (
         f"\n\nPlanning time and memory were recorded by `python -m studies.token_bench` on "
         f"{machine}, {record['threads']} torch thread per process, rank {record['rank']} of "
-        f"{record['world size']}, lognormal lengths, medians of {record['repeats']} fresh "
-        f"processes. At {largest:,} samples ours gave its first batch after "
-        f"{cell(OURS, first)} s (the stock sampler {cell(NAMES['stock'], first)} s) and its "
-        f"last after {cell(OURS, whole)} s, planning the whole epoch as it goes (stock "
-        f"{cell(NAMES['stock'], whole)} s), with a peak of {cell(OURS, peak)} MB above the "
-        f"process's baseline (stock {cell(NAMES['stock'], peak)} MB)."
+        f"{record['world size']}, lognormal lengths, medians over fresh processes (the "
+        "table says how many): " + "; ".join(parts) + ". Samplers that sort the whole "
+        "epoch first give nothing until it is sorted: " + ", ".join(sorting) + "."
     )
     return text
 
