@@ -338,10 +338,11 @@ class TokenOrder(Order):
         windows = -(-count // self.window)
         if windows < CONCURRENT_WINDOWS:
             # Few windows: follow the one chain through them in Python (one step per batch).
-            reach, found, position = after.tolist(), [], 0
+            following: list[int] = after.tolist()
+            found, position = [], 0
             while position < count:
                 found.append(position)
-                position = reach[position]
+                position = following[position]
             return torch.tensor(found, dtype=torch.int64)
         after = torch.cat([after, torch.tensor([count])])
         is_start = torch.zeros(count, dtype=torch.bool)

@@ -91,7 +91,7 @@ def _batched(indices: Sequence[int], batch_size: int) -> list[list[int]]:
 def stock(lengths: torch.Tensor, world: int, epoch: int, seed: int, batch_size: int) -> Shares:
     shares = []
     for rank in range(world):
-        sampler = StockSampler(range(lengths.numel()), world, rank, seed=seed)
+        sampler: StockSampler[int] = StockSampler(range(lengths.numel()), world, rank, seed=seed)  # type: ignore[arg-type]
         sampler.set_epoch(epoch)
         shares.append(_batched(list(sampler), batch_size))
     return shares

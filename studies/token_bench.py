@@ -67,7 +67,13 @@ def _batches(name: str, lengths: Any, size: int, batch_size: int) -> Callable[[]
         from torch.utils.data.distributed import DistributedSampler
 
         def build() -> Iterator[Any]:
-            sampler = DistributedSampler(range(size), WORLD_SIZE, rank, seed=0)
+            indices = range(size)
+            sampler: DistributedSampler[int] = DistributedSampler(
+                indices,  # type: ignore[arg-type]
+                WORLD_SIZE,
+                rank,
+                seed=0,
+            )
             return iter(BatchSampler(sampler, batch_size, drop_last=False))
 
     elif name == "length-grouped":
@@ -93,12 +99,13 @@ def _batches(name: str, lengths: Any, size: int, batch_size: int) -> Callable[[]
 
 def _input(name: str, size: int) -> Any:
     """The sampler's input as its users hold it (the stock sampler takes no lengths)."""
-    from studies.token_lengths import synthetic_lengths
+    from studies.token_lengths import synthetic_chunks, synthetic_lengths
 
     if name == "stock":
         return None
-    lengths = synthetic_lengths(size)
-    return lengths.tolist() if name == "length-grouped" else lengths
+    if name == "length-grouped":  # a list, built a chunk at a time
+        return [length for chunk in synthetic_chunks(size) for length in chunk.tolist()]
+    return synthetic_lengths(size)
 
 
 def probe(name: str, size: int, batch_size: int) -> dict[str, float]:

@@ -26,6 +26,7 @@ import hashlib
 import importlib.metadata
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "real_lengths",
     "record",
     "source_files",
+    "synthetic_chunks",
     "synthetic_lengths",
 ]
 
@@ -110,6 +112,17 @@ def real_lengths(context: int = CONTEXT) -> torch.Tensor:
     return lengths[lengths > 0].clamp(max=context)
 
 
+def synthetic_chunks(
+    size: int, *, mu: float = 6.0, sigma: float = 0.9, seed: int = 0, context: int = CONTEXT
+) -> Iterator[torch.Tensor]:
+    """:func:`synthetic_lengths` drawn :data:`DRAW_CHUNK` at a time (int64 tensors)."""
+    generator = torch.Generator().manual_seed(seed)
+    for start in range(0, size, DRAW_CHUNK):
+        count = min(DRAW_CHUNK, size - start)
+        normal = torch.randn(count, generator=generator, dtype=torch.float64)
+        yield torch.exp(normal * sigma + mu).round().to(torch.int64).clamp(1, context)
+
+
 def synthetic_lengths(
     size: int, *, mu: float = 6.0, sigma: float = 0.9, seed: int = 0, context: int = CONTEXT
 ) -> torch.Tensor:
@@ -118,12 +131,11 @@ def synthetic_lengths(
     They are drawn :data:`DRAW_CHUNK` at a time from one generator (the same numbers as
     one draw of all of them), so the float64 intermediates stay small.
     """
-    generator = torch.Generator().manual_seed(seed)
     lengths = torch.empty(size, dtype=torch.int64)
-    for start in range(0, size, DRAW_CHUNK):
-        count = min(DRAW_CHUNK, size - start)
-        normal = torch.randn(count, generator=generator, dtype=torch.float64)
-        lengths[start : start + count] = torch.exp(normal * sigma + mu).round().clamp(1, context)
+    start = 0
+    for chunk in synthetic_chunks(size, mu=mu, sigma=sigma, seed=seed, context=context):
+        lengths[start : start + chunk.numel()] = chunk
+        start += chunk.numel()
     return lengths
 
 

@@ -98,12 +98,14 @@ def compare(data: dict[str, torch.Tensor]) -> tuple[pd.DataFrame, dict[str, list
             fixed = 0
             times: dict[str, float] = {}
             for key, run in SAMPLERS.items():
-                epochs = [run(lengths, world, epoch, SEED, MAX_TOKENS, fixed) for epoch in (0, 1)]
-                if epochs[0] is None or epochs[1] is None:
+                first, second = (
+                    run(lengths, world, epoch, SEED, MAX_TOKENS, fixed) for epoch in (0, 1)
+                )
+                if first is None or second is None:
                     continue  # an optional peer that is not installed
                 if key == "ours":
-                    fixed = batch_size_like(epochs[0])
-                measured = measure(lengths, epochs[0], MAX_TOKENS, MODEL)
+                    fixed = batch_size_like(first)
+                measured = measure(lengths, first, MAX_TOKENS, MODEL)
                 times[key] = float(measured.pop("simulated epoch time"))
                 rows.append(
                     {
@@ -117,11 +119,11 @@ def compare(data: dict[str, torch.Tensor]) -> tuple[pd.DataFrame, dict[str, list
                         ),
                         **measured,
                         "simulated epoch time / ours": times[key] / times["ours"],
-                        **order_change(*epochs, lengths.numel()),
+                        **order_change(first, second, lengths.numel()),
                     }
                 )
                 if (name, world) == PICTURED:
-                    balance[NAMES[key]] = step_balance(lengths, epochs[0])
+                    balance[NAMES[key]] = step_balance(lengths, first)
     frame = pd.DataFrame(rows)
     frame["equal batch counts"] = frame["equal batch counts"].map({True: "yes", False: "no"})
     return frame, balance
