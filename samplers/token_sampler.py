@@ -12,21 +12,22 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import torch
 from torch.utils.data import Sampler
 
 from samplers import agreement, checks
 from samplers.epochs import EpochCounter
 from samplers.plan import TAILS, Permutation, Tail
+from samplers.token_checks import (
+    STATE_VERSION,
+    checked_lengths,
+    checked_state,
+    choice,
+    warn_over_budget,
+)
 from samplers.token_layout import TokenLayout
 from samplers.token_order import COSTS, Cost, TokenOrder, default_window, length_sum
 
-__all__ = ["STATE_VERSION", "DistributedTokenBatchSampler", "TokenBatchIterator"]
-
-#: The version :meth:`DistributedTokenBatchSampler.state_dict` writes.
-STATE_VERSION = 1
-#: Fields of a state that must match the sampler loading it: they define the epoch order.
-_ORDER_FIELDS = ("dataset_length", "length_sum", "max_tokens", "cost", "window")
+__all__ = ["DistributedTokenBatchSampler", "TokenBatchIterator"]
 
 
 class TokenBatchIterator(Iterator[list[int]]):
@@ -181,8 +182,8 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         self.num_replicas, self.rank = checks.placement(num_replicas, rank)
         self.shuffle = checks.as_flag("shuffle", shuffle)
-        self.tail: Tail = _choice("tail", tail, TAILS)  # type: ignore[assignment]
-        self.cost: Cost = _choice("cost", cost, COSTS)  # type: ignore[assignment]
+        self.tail: Tail = choice("tail", tail, TAILS)  # type: ignore[assignment]
+        self.cost: Cost = choice("cost", cost, COSTS)  # type: ignore[assignment]
         self.permutation: Permutation = checks.permutation(permutation)
         self.length_sum = length_sum(self.lengths)
         self.window = (
@@ -201,7 +202,7 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
-        _warn_over_budget(self.lengths, self.max_tokens)
+        warn_over_budget(self.lengths, self.max_tokens)
 
     # Plans ----------------------------------------------------------------------------------
 
@@ -408,7 +409,7 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
         does not fit: another sampler, dataset, budget, cost or window (the saved order
         could not be continued), an unknown version, or a missing or mistyped field.
         """
-        checked = _checked_state(state, self._state(0, 0, False))
+        checked = checked_state(state, self._state(0, 0, False))
         if not checked["finished"] and checked["position"] > self.lengths.numel():
             raise ValueError(
                 f"state field 'position' is {checked['position']}, past the dataset's "
@@ -429,88 +430,3 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
             f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
             f"tail={self.tail!r}, cost={self.cost!r}, window={self.window}, epoch={self.epoch})"
         )
-
-
-def checked_lengths(lengths: Any) -> torch.Tensor:
-    """``lengths`` as a 1-D CPU tensor (int32, or int64 past 2**31 - 1), or a clear error."""
-    if isinstance(lengths, torch.Tensor):
-        values = lengths.detach().cpu()
-    elif hasattr(lengths, "__array__") or hasattr(lengths, "__len__"):
-        try:
-            values = torch.as_tensor(lengths if hasattr(lengths, "__array__") else list(lengths))
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise TypeError(f"lengths must be integers, got {lengths!r:.80} ({error})") from None
-    else:
-        raise TypeError(
-            "lengths must be a sequence, numpy array or tensor of integers, got "
-            f"{type(lengths).__name__}"
-        )
-    if values.numel() == 0 and not isinstance(lengths, torch.Tensor):
-        values = values.to(torch.int64)  # an empty list: no dtype to go by
-    if values.dim() != 1:
-        raise ValueError(f"lengths must be one-dimensional, got shape {tuple(values.shape)}")
-    if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
-        raise TypeError(f"lengths must be integers, got dtype {values.dtype}")
-    low, high = (int(bound) for bound in torch.aminmax(values)) if values.numel() else (0, 0)
-    if low < 0:
-        where = int(torch.argmin(values))
-        raise ValueError(f"lengths must be at least 0, got lengths[{where}] = {int(values[where])}")
-    fits = high < 2**31
-    # A copy: the epoch order must not change under the sampler.
-    return values.to(torch.int32 if fits else torch.int64, copy=True).contiguous()
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
-
-
-def _warn_over_budget(lengths: torch.Tensor, max_tokens: int) -> None:
-    if lengths.numel() == 0 or int(lengths.max()) <= max_tokens:
-        return
-    count = int(torch.count_nonzero(lengths > max_tokens))
-    if count:
-        longest = int(torch.argmax(lengths))
-        warnings.warn(
-            f"{count} sample(s) are longer than max_tokens={max_tokens} (the longest: index "
-            f"{longest}, {int(lengths[longest])} tokens); each forms a batch of its own that "
-            "costs more than max_tokens (none is dropped)",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _checked_state(state: Any, expected: Mapping[str, Any]) -> dict[str, Any]:
-    """The state's fields, validated against this sampler's ``expected`` state."""
-    if not isinstance(state, Mapping):
-        raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-    checked: dict[str, Any] = {}
-    for name, example in expected.items():
-        if name not in state:
-            raise ValueError(f"state field {name!r} is missing (a truncated or foreign state?)")
-        value = state[name]
-        if type(value) is not type(example):
-            raise ValueError(
-                f"state field {name!r} must be {type(example).__name__}, got {value!r}"
-            )
-        checked[name] = value
-    if checked["version"] != STATE_VERSION:
-        raise ValueError(
-            f"state field 'version' is {checked['version']!r}; this version of dsampler "
-            f"reads state version {STATE_VERSION}"
-        )
-    if checked["sampler"] != expected["sampler"]:
-        raise ValueError(
-            f"state field 'sampler' is {checked['sampler']!r}, not {expected['sampler']!r}: "
-            "a state loads into the kind of sampler that saved it"
-        )
-    for name in ("shuffle", "permutation", *_ORDER_FIELDS):
-        if checked[name] != expected[name]:
-            raise ValueError(
-                f"state field {name!r} is {checked[name]!r}, this sampler's is "
-                f"{expected[name]!r}: the saved epoch's order cannot be continued"
-            )
-    if checked["position"] < 0:
-        raise ValueError(f"state field 'position' must be at least 0, got {checked['position']}")
-    return checked
