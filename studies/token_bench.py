@@ -103,8 +103,13 @@ def _input(name: str, size: int) -> Any:
 
     if name == "stock":
         return None
-    if name == "length-grouped":  # a list, built a chunk at a time
-        return [length for chunk in synthetic_chunks(size) for length in chunk.tolist()]
+    if name == "length-grouped":  # a list, filled a chunk at a time (it never grows)
+        values = [0] * size
+        start = 0
+        for chunk in synthetic_chunks(size):
+            values[start : start + chunk.numel()] = chunk.tolist()
+            start += chunk.numel()
+        return values
     return synthetic_lengths(size)
 
 
