@@ -37,7 +37,7 @@ def test_the_claim_holds_in_the_tables(finding, table) -> None:
     assert len(ours) == 2 * len(token_batches.WORLD_SIZES)
     assert set(ours.index.get_level_values("ranks")) == {4, 8}
     assert (finding.tables[0].frame["samples"] >= 10**4).all()
-    # Ours: within the budget, equal steps, issue 19's targets.
+    # Ours: within the budget, equal steps, the targets.
     assert (ours["batches over max_tokens"] == 0).all()
     assert (ours["largest batch / max_tokens"] <= 1).all()
     assert (ours["equal batch counts"] == "yes").all()
