@@ -118,8 +118,9 @@ class DistributedTokenBatchSampler(EpochCounter, Sampler[list[int]]):
 
     The number of batches depends on the epoch's shuffle, so ``len(sampler)`` can differ
     from epoch to epoch (by a few batches); it is the count of the epoch currently set.
-    It plans the whole epoch (about a second per 10**7 samples), which iterating does not
-    need: the first batch comes after the permutation and one chunk of windows.
+    It plans the whole epoch at once (reports/token-batches.md measures how long that
+    takes), which iterating does not need: iteration plans a chunk of windows at a time,
+    and the first batch needs only the first chunk.
 
     Example::
 
