@@ -1,19 +1,22 @@
 """Time and memory to plan an epoch of token batches: ours and the three others, recorded.
 
-Run ``python -m studies.token_bench`` (a few minutes): for each sampler of
+Run ``python -m studies.token_bench`` (a few minutes; ``--sizes``, ``--samplers``,
+``--repeats`` and ``--merge`` add rows to the record): for each sampler of
 :mod:`studies.token_batching` and each dataset size, fresh processes each build rank
 ``W - 1``'s sampler for ``W`` = :data:`WORLD_SIZE` over lognormal lengths and measure the
 time to its first batch, the time to its last batch (the rank's whole epoch), and the peak
-resident memory above the process's baseline. Medians (and the range) of the repeats are
-written with the machine's facts to :data:`RECORDED`, which the token-batches finding
+resident memory above the process's baseline. Medians (and the range) over the processes
+are written with the machine's facts to :data:`RECORDED`, which the token-batches finding
 shows; nothing there is timed when the reports are built.
 
-How a process measures (``--probe``): it imports everything, prepares the sampler's input
-as its users hold it (a tensor of lengths; a list of ints for transformers' sampler),
-runs a small warm-up on :data:`THREADS` intra-op thread, then takes its baseline
-resident set (psutil). The clock runs from
-building the sampler to the first batch, and on to the last one; the peak is the kernel's
-high-water mark (``ru_maxrss``) after the epoch minus the baseline.
+How a process measures (``--probe``, started through a small launcher so that it does not
+inherit the measuring process's memory high-water mark): it imports everything, prepares
+the sampler's input as its users hold it (a tensor of lengths; a list of ints for
+transformers' sampler), runs a small warm-up on :data:`THREADS` intra-op thread, then
+takes its baseline resident set (psutil), and refuses to go on if its high-water mark is
+already above that by more than :data:`SLACK`. The clock runs from building the sampler
+to the first batch, and on to the last one; the peak is the kernel's high-water mark
+(``ru_maxrss``) after the epoch minus the baseline.
 """
 
 from __future__ import annotations
@@ -34,7 +37,16 @@ from typing import Any
 
 import torch
 
-__all__ = ["QUANTITIES", "RECORDED", "SIZES", "WORLD_SIZE", "load", "probe", "run"]
+__all__ = [
+    "QUANTITIES",
+    "RECORDED",
+    "SIZES",
+    "WORLD_SIZE",
+    "load",
+    "measure_in_fresh_process",
+    "probe",
+    "run",
+]
 
 RECORDED = Path(__file__).resolve().parent / "data" / "token-bench.json"
 SIZES = (10**6, 10**7)
@@ -45,6 +57,8 @@ REPEATS = 3
 #: busy with other work, more threads than free cores make torch's pool wait on itself,
 #: which measures the machine's load rather than the samplers.
 THREADS = 1
+#: Starts the probe from a small interpreter (see :func:`measure_in_fresh_process`).
+LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 #: How far the high-water mark may exceed the baseline before the sampler is built.
 SLACK = 64 * 10**6
 QUANTITIES = ("first batch (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
@@ -144,11 +158,24 @@ def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
     }
 
 
-def _fresh(name: str, size: int, batch_size: int, timeout: float) -> dict[str, float]:
+def measure_in_fresh_process(
+    name: str, size: int, batch_size: int, timeout: float
+) -> dict[str, float]:
+    """:func:`probe` in a new interpreter (what :func:`run` records).
+
+    On Linux a process started by ``exec`` inherits the resident high-water mark of the
+    process it replaced, so the probe is started through a small launcher interpreter
+    (``python -S``, nothing imported): the mark it inherits is the launcher's, below the
+    probe's own baseline, whatever the size of the process measuring.
+    """
     root = Path(__file__).resolve().parents[1]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [
+        sys.executable,
+        "-S",
+        "-c",
+        LAUNCHER,
         sys.executable,
         "-m",
         "studies.token_bench",
@@ -187,7 +214,7 @@ def run(
     rows = []
     for size in sizes:
         for name in samplers:
-            runs = [_fresh(name, size, fixed, timeout) for _ in range(repeats)]
+            runs = [measure_in_fresh_process(name, size, fixed, timeout) for _ in range(repeats)]
             for quantity in QUANTITIES:
                 values = [measured[quantity] for measured in runs]
                 rows.append(
