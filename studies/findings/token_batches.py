@@ -253,8 +253,8 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         parts.append(
             f"at {size} samples ours gave its first batch after {cell(size, OURS, first)} s "
             f"and its last after {cell(size, OURS, whole)} s (planning the epoch as it goes), "
-            f"peaking {cell(size, OURS, peak)} MB above the baseline, of which its int32 "
-            f"copy of the lengths is {copy:,.0f} MB; the stock sampler "
+            f"peaking {cell(size, OURS, peak)} MB above the baseline (its int32 copy of "
+            f"the lengths takes {copy:,.0f} MB); the stock sampler "
             f"{cell(size, NAMES['stock'], first)} s, {cell(size, NAMES['stock'], whole)} s "
             f"and {cell(size, NAMES['stock'], peak)} MB"
         )
