@@ -6,6 +6,8 @@
 * :class:`DistributedBatchSampler`: batch-aware sharding, the same number of batches on
   every rank for every tail policy;
 * :class:`DistributedSamplerWrapper`: shards the stream of any sampler;
+* :class:`DistributedTokenBatchSampler`: batches of variable-length samples under a token
+  budget, the same number on every rank, with balanced work per step;
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
@@ -20,12 +22,14 @@ from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
+from samplers.token_sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
 __all__ = [
     "DistributedBatchSampler",
     "DistributedSampler",
     "DistributedSamplerWrapper",
+    "DistributedTokenBatchSampler",
     "EpochPlan",
     "EpochTypeError",
     "InconsistentRanksError",

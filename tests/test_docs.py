@@ -21,6 +21,7 @@ import samplers.batch_sampler
 import samplers.feistel
 import samplers.plan.epoch
 import samplers.sampler
+import samplers.token_sampler
 import samplers.wrapper
 from samplers import DistributedBatchSampler, DistributedSampler
 
@@ -33,6 +34,7 @@ DOCUMENTED = [
     samplers.batch_sampler,
     samplers.wrapper,
     samplers.feistel,
+    samplers.token_sampler,
 ]
 
 
@@ -199,6 +201,16 @@ def test_readme_shows_the_generated_tail_policy_table() -> None:
     # The section sits right after the 30-second example.
     sections = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
     assert sections[sections.index("30-second example") + 1] == "Which sampler and tail policy"
+
+
+def test_readme_token_batch_example_gives_equal_counts_within_the_budget() -> None:
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        exec(compile(readme_example("token-batches"), str(README), "exec"), {})
+    lines = [list(map(int, line.split())) for line in output.getvalue().splitlines()]
+    assert [rank for rank, _, _ in lines] == [0, 1, 2, 3]
+    assert len({count for _, count, _ in lines}) == 1
+    assert all(0 < largest <= 4096 for _, _, largest in lines)
 
 
 # --- the framework recipes, each run as torchrun runs it (2 processes, gloo) ------------

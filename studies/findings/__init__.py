@@ -104,6 +104,7 @@ MODULES: tuple[str, ...] = (
     "guarantees",
     "mesh_sharding",
     "frameworks",
+    "token_batches",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

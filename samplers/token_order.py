@@ -1,0 +1,368 @@
+"""The epoch order of a token-budgeted sampler: shuffled, bucketed by length, cut into batches.
+
+:class:`TokenOrder` maps a position of the epoch to a dataset index, like the orders of
+:mod:`samplers.plan`, and also says where the order's **batches** begin. It depends on the
+lengths, ``max_tokens``, the cost, the window, the permutation, ``seed`` and ``epoch``,
+and never on the world size, so a run resumed on another world size knows which samples
+the saved ranks consumed (a prefix of this order) and which remain.
+
+How the order is made, window by window (a window is ``window`` consecutive positions of
+the shuffled epoch, the last one shorter):
+
+1. the window's samples are those the epoch permutation puts there (``randperm`` or
+   ``feistel`` from ``(seed, epoch)``, as the other samplers draw it; no permutation
+   without shuffling), so every window is a random sample of the dataset;
+2. they are sorted by length, longest first (ties in permutation order);
+3. they are cut greedily into batches: a batch takes the next samples as long as its cost
+   stays within ``max_tokens``. Cost ``"padded"`` is the longest length times the count
+   (a batch padded to its longest sample); ``"sum"`` is the sum of the lengths (packed
+   sequences). A sample longer than ``max_tokens`` is a batch of its own;
+4. the window's batches are put in order of cost, grouped in :data:`LEVELS` levels of
+   ``max_tokens / LEVELS`` each (over-budget batches above them), rising in even windows
+   and falling in odd ones, ties in random order (the permutation position of each
+   batch's first sample). Consecutive batches therefore cost about the same, also
+   across a window boundary, which is what lets a layout deal each step's batches to
+   the ranks with balanced work.
+
+The window's positions then hold its batches one after another. Windows are independent
+of each other, so the order is computed lazily, a chunk of whole windows at a time: the
+first batch of an epoch needs only the first chunk (and the permutation), at any dataset
+size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal, get_args
+
+import torch
+
+from samplers.plan import Order, Permutation, make_order
+
+__all__ = [
+    "CHUNK_SAMPLES",
+    "CONCURRENT_WINDOWS",
+    "COSTS",
+    "LEVELS",
+    "MIN_WINDOWS",
+    "WINDOW_BATCHES",
+    "Cost",
+    "Span",
+    "TokenOrder",
+    "batch_costs",
+    "default_window",
+    "length_sum",
+    "repeat",
+]
+
+#: How a batch's cost is counted: ``"padded"`` = longest length x count, ``"sum"`` = the
+#: sum of the lengths.
+Cost = Literal["padded", "sum"]
+COSTS: tuple[Cost, ...] = get_args(Cost)
+
+#: Cost levels a window's batches are sorted by (each ``max_tokens / LEVELS`` wide).
+LEVELS = 64
+#: The default window holds about this many batches' worth of samples at the mean length.
+WINDOW_BATCHES = 64
+#: The default window leaves at least this many windows in the epoch.
+MIN_WINDOWS = 4
+#: Whole windows are planned together in chunks of about this many samples.
+CHUNK_SAMPLES = 1 << 16
+#: Chunks of at least this many windows are cut all windows at once (see ``_cut``).
+CONCURRENT_WINDOWS = 16
+#: Chunks kept planned (their indices): the one being read and the one before.
+CACHED_CHUNKS = 4
+
+
+def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = None) -> int:
+    """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, but at most
+    ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1).
+
+    A window holding the whole dataset would give the same batches every epoch (sorted
+    by length), so a small dataset gets a few windows; a window of fewer samples than a
+    batch holds would cut batches short, hence the floor. Integer arithmetic on the
+    lengths alone (``total`` is their sum, when known), so every rank computes the same
+    window.
+    """
+    size = lengths.numel()
+    if total is None:
+        total = length_sum(lengths)
+    per_batch = max(1, max_tokens * size // max(total, 1))
+    return max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
+
+
+def length_sum(lengths: torch.Tensor) -> int:
+    """The exact sum of ``lengths``, a chunk at a time: summing an int32 tensor into int64
+    at once first casts all of it (8 bytes a sample)."""
+    step = CHUNK_SAMPLES * 16
+    return sum(
+        int(lengths[start : start + step].sum(dtype=torch.int64))
+        for start in range(0, lengths.numel(), step)
+    )
+
+
+def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Each of ``values`` repeated ``counts`` times (non-negative), in order.
+
+    ``torch.repeat_interleave`` does the same, but its CPU kernel wakes the intra-op
+    thread pool even for a handful of elements, which costs milliseconds per call on a
+    busy machine; a cumulative sum of boundary marks costs microseconds.
+    """
+    total = int(counts.sum())
+    if total == 0:
+        return values[:0]
+    ends = torch.cumsum(counts, 0)[:-1]
+    ends = ends[ends < total]
+    marks = torch.zeros(total, dtype=torch.int64)
+    marks.index_add_(0, ends, torch.ones_like(ends))
+    return values[torch.cumsum(marks, 0)]
+
+
+def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: Cost) -> torch.Tensor:
+    """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each."""
+    if sizes.numel() == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    batch = repeat(torch.arange(sizes.numel()), sizes)
+    values = lengths.to(torch.int64)
+    if cost == "sum":
+        return torch.zeros(sizes.numel(), dtype=torch.int64).index_add_(0, batch, values)
+    longest = torch.zeros(sizes.numel(), dtype=torch.int64)
+    longest.scatter_reduce_(0, batch, values, reduce="amax")
+    return longest * sizes
+
+
+@dataclass(frozen=True, eq=False)
+class Span:
+    """A planned chunk of whole windows: positions ``[lo, hi)`` of the order.
+
+    ``indices[p - lo]`` is the dataset index at position ``p``; ``starts`` are the global
+    positions where the chunk's batches begin, in order (int64).
+    """
+
+    lo: int
+    hi: int
+    indices: torch.Tensor
+    starts: torch.Tensor
+
+
+class TokenOrder(Order):
+    """One epoch's order over ``N`` samples and where its batches begin.
+
+    Guarantee: the order is a permutation of ``[0, N)``; its batches are consecutive
+    ranges of positions that together cover ``[0, N)``, each within one window, each
+    non-empty and each costing at most ``max_tokens`` unless it is a single sample
+    longer than that; and all of it is a function of the lengths, ``max_tokens``,
+    ``cost``, ``window``, ``shuffle``, ``permutation``, ``seed`` and ``epoch`` only (the
+    same on every rank, whatever the world size, without communication).
+
+    ``lengths`` must be a 1-D integer tensor of non-negative lengths (the sampler checks
+    its arguments; this class trusts them).
+    """
+
+    def __init__(
+        self,
+        lengths: torch.Tensor,
+        max_tokens: int,
+        cost: Cost,
+        window: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        permutation: Permutation = "randperm",
+    ) -> None:
+        self.lengths = lengths
+        self.max_tokens = max_tokens
+        self.cost: Cost = cost
+        self.window = window
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.permutation: Permutation = permutation
+        self.size = lengths.numel()
+        #: Whole windows per planned chunk.
+        self.chunk_windows = max(1, CHUNK_SAMPLES // window)
+        self._spans: OrderedDict[int, Span] = OrderedDict()
+        self._starts: dict[int, torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenOrder(size={self.size}, max_tokens={self.max_tokens}, cost={self.cost!r}, "
+            f"window={self.window}, shuffle={self.shuffle}, seed={self.seed}, "
+            f"epoch={self.epoch}, permutation={self.permutation!r})"
+        )
+
+    def __getstate__(self) -> dict[str, object]:
+        # Pickled with its settings and lengths; plans are computed again on demand.
+        state = dict(self.__dict__)
+        state.pop("permuted", None)
+        state["_spans"], state["_starts"] = OrderedDict(), {}
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
+    @cached_property
+    def permuted(self) -> Order:
+        """The epoch permutation the windows are cut from."""
+        return make_order(
+            self.size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            permutation=self.permutation,
+        )
+
+    @cached_property
+    def _longest(self) -> int:
+        return int(self.lengths.max()) if self.size else 0
+
+    @property
+    def chunks(self) -> int:
+        """How many chunks of whole windows the order is planned in."""
+        per_chunk = self.chunk_windows * self.window
+        return -(-self.size // per_chunk)
+
+    def chunk_of(self, position: int) -> int:
+        """The chunk holding ``position`` (in ``[0, N)``)."""
+        return position // (self.chunk_windows * self.window)
+
+    def chunk_bounds(self, chunk: int) -> tuple[int, int]:
+        """The positions ``[lo, hi)`` of chunk ``chunk``."""
+        per_chunk = self.chunk_windows * self.window
+        return min(chunk * per_chunk, self.size), min((chunk + 1) * per_chunk, self.size)
+
+    def span(self, chunk: int) -> Span:
+        """Chunk ``chunk`` planned (the last :data:`CACHED_CHUNKS` are kept)."""
+        if chunk in self._spans:
+            self._spans.move_to_end(chunk)
+            return self._spans[chunk]
+        planned = self._plan(chunk)
+        self._spans[chunk] = planned
+        self._starts.setdefault(chunk, _compact(planned.starts, self.size))
+        while len(self._spans) > CACHED_CHUNKS:
+            self._spans.popitem(last=False)
+        return planned
+
+    def starts(self, chunk: int) -> torch.Tensor:
+        """Where chunk ``chunk``'s batches begin (global positions, int64), kept once computed.
+
+        Kept for every chunk asked for: one int32 per batch below 2**31 samples.
+        """
+        if chunk not in self._starts:
+            self.span(chunk)
+        return self._starts[chunk].to(torch.int64)
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """Dataset indices (int64) at ``positions``; position ``p >= N`` holds ``order[p % N]``."""
+        if positions.numel() == 0:
+            return torch.zeros(0, dtype=torch.int64)
+        if int(positions.max()) >= self.size:
+            positions = positions % self.size
+        chunk = positions // (self.chunk_windows * self.window)
+        result = torch.empty(positions.numel(), dtype=torch.int64)
+        for value in torch.unique(chunk).tolist():
+            where = chunk == value
+            planned = self.span(value)
+            result[where] = planned.indices[positions[where] - planned.lo].to(torch.int64)
+        return result
+
+    # Planning one chunk ---------------------------------------------------------------
+
+    def _plan(self, chunk: int) -> Span:
+        lo, hi = self.chunk_bounds(chunk)
+        count = hi - lo
+        window = self.window
+        if count == 0:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return Span(lo, hi, empty, empty)
+        indices = self.permuted.at(torch.arange(lo, hi, dtype=torch.int64))
+        rows = -(-count // window)
+        grid = torch.full((rows * window,), -1, dtype=self.lengths.dtype)
+        grid[:count] = self.lengths[indices]
+        # Longest first within each window (a row); ties keep the permutation order. The
+        # last row's filler (-1) sorts to its end, so the first `count` cells are the samples.
+        values, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
+        lengths = values.view(-1)[:count].to(torch.int64)
+        column = column.view(-1)[:count]
+        local = torch.arange(count, dtype=torch.int64)
+        window_start = local - local % window
+        indices = indices[window_start + column]
+        window_end = torch.clamp(window_start + window, max=count)
+        starts = self._cut(lengths, local, window_end, count)
+        sizes = torch.diff(starts, append=torch.tensor([count]))
+        costs = self._costs(lengths, starts, sizes)
+        batch_window = starts // window
+        # Order each window's batches by cost level, rising in even windows and falling in
+        # odd ones; ties by where the batch's first sample was in the permutation.
+        level = torch.where(
+            costs > self.max_tokens,
+            torch.full_like(costs, LEVELS + 1),
+            costs * LEVELS // max(self.max_tokens, 1),
+        )
+        odd = (batch_window + (lo // window)) % 2 == 1
+        level = torch.where(odd, LEVELS + 1 - level, level)
+        tie = column[starts]
+        sequence = torch.argsort((batch_window * (LEVELS + 2) + level) * window + tie)
+        new_sizes = sizes[sequence]
+        new_starts = torch.cumsum(new_sizes, 0) - new_sizes
+        moved_to = torch.empty_like(starts)
+        moved_to[sequence] = new_starts
+        shift = repeat(moved_to - starts, sizes)
+        ordered = torch.empty_like(indices)
+        ordered[local + shift] = indices
+        dtype = torch.int32 if self.size < 2**31 else torch.int64
+        return Span(lo, hi, ordered.to(dtype), new_starts + lo)
+
+    def _cut(
+        self, lengths: torch.Tensor, local: torch.Tensor, window_end: torch.Tensor, count: int
+    ) -> torch.Tensor:
+        """Greedy batch starts (local positions) of the windows of sorted ``lengths``.
+
+        ``after[i]`` is where a batch starting at ``i`` ends. With many windows, every
+        window's chain of batch starts is followed at once, one batch per iteration (as
+        many iterations as the window with the most batches has, never one per sample);
+        with few, the single chain through them is followed in Python.
+        """
+        budget = self.max_tokens
+        if self.cost == "padded":
+            # Longest first: a batch starting at i holds max(1, budget // length[i]) samples.
+            fits = torch.clamp(budget // torch.clamp(lengths, min=1), min=1)
+            after = torch.minimum(local + fits, window_end)
+        else:
+            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+            reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
+            after = torch.minimum(torch.maximum(reach, local + 1), window_end)
+        windows = -(-count // self.window)
+        if windows < CONCURRENT_WINDOWS:
+            # Few windows: follow the one chain through them in Python (one step per batch).
+            following: list[int] = after.tolist()
+            found, position = [], 0
+            while position < count:
+                found.append(position)
+                position = following[position]
+            return torch.tensor(found, dtype=torch.int64)
+        after = torch.cat([after, torch.tensor([count])])
+        is_start = torch.zeros(count, dtype=torch.bool)
+        current = torch.arange(0, count, self.window, dtype=torch.int64)
+        ends = torch.clamp(current + self.window, max=count)
+        while current.numel():
+            is_start[current] = True
+            current = after[current]
+            going = current < ends
+            current, ends = current[going], ends[going]
+        return torch.nonzero(is_start).squeeze(1)
+
+    def _costs(
+        self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
+    ) -> torch.Tensor:
+        if self.cost == "padded":
+            return lengths[starts] * sizes  # the longest is the first
+        return batch_costs(lengths, sizes, "sum")
+
+
+def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:
+    """Batch starts in int32 when every position fits."""
+    return starts.to(torch.int32) if size < 2**31 else starts
