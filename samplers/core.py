@@ -78,6 +78,15 @@ class SamplerCore(ABC):
         """Samples per batch for a batch sampler, ``None`` for an index sampler."""
         return None
 
+    def _order_fields(self) -> dict[str, int | str]:
+        """Settings beyond the shared ones that decide the epoch order (saved in the
+        state, and refused when they differ on loading); none by default."""
+        return {}
+
+    def _end_position(self) -> int:
+        """A global position from which this sampler's layout hands out nothing."""
+        return self._plan(0).layout.stop
+
     def plan(self) -> EpochPlan:
         """The current epoch's plan, read from the attributes as they are now."""
         return self._plan(0)
@@ -136,9 +145,7 @@ class SamplerCore(ABC):
 
     def _plan_from(self, start: int | None) -> EpochPlan:
         """The plan from ``start``; ``None``: from the epoch's end (nothing left)."""
-        if start is None:
-            start = self._plan(0).layout.stop
-        return self._plan(start)
+        return self._plan(self._end_position() if start is None else start)
 
     def _remaining_count(self) -> int | None:
         """With a loaded state pending for this epoch: how many items iterating yields."""
@@ -195,6 +202,7 @@ class SamplerCore(ABC):
             self.shuffle is True,
             self.permutation,
             saved,
+            self._order_fields(),
         )
 
     def _saved(self, consumed: int | None) -> state.Saved:
@@ -258,6 +266,7 @@ class SamplerCore(ABC):
             dataset_length=self._dataset_length(),
             shuffle=checks.as_flag("shuffle", self.shuffle),
             permutation=self.permutation,
+            order_fields=self._order_fields(),
         )
         iterator, undo = self._iterator, self._undo
         if iterator is not None and undo is not None and not iterator.started:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from samplers import groups
-from samplers.plan import EpochPlan
+from samplers.plan import EpochPlan, StreamOrder
 
 __all__ = ["Planned", "gather_unsharded", "unshard"]
 
@@ -63,7 +63,7 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     size = plan.sizes.dataset_size
     # A wrapped sampler's stream may repeat indices or skip some: its results go back
     # in stream order, one per position, instead of in dataset order.
-    by_position = plan.stream is not None
+    by_position = isinstance(plan.order, StreamOrder)
     if len(parts) != world_size:
         raise ValueError(f"parts must hold one sequence per rank ({world_size}), got {len(parts)}")
     results: list[Any] = [None] * size

@@ -14,13 +14,14 @@ the exception, it is carried along) and the copy yields exactly the rest.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from samplers.plan import EpochPlan, FeistelOrder, RandpermOrder
+from samplers.plan import EpochPlan, FeistelOrder, Layout, RandpermOrder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -53,12 +54,13 @@ class Progress(ABC, Generic[_Item]):
     """
 
     rank: int
-    count: int
     started: bool
     exhausted: bool
     #: The torch DataLoader iterator's attributes when one reads this iterator (see
     #: :mod:`samplers.loader_progress`); never pickled.
     reader: dict[str, Any] | None
+    #: Called with the layout once the iterator is exhausted; never pickled.
+    at_end: Callable[[Layout], None] | None
     _plan: EpochPlan
     _cursor: tuple[int, Iterator[_Item]]
 
@@ -84,16 +86,16 @@ class Progress(ABC, Generic[_Item]):
         self, plan: EpochPlan, rank: int, taken: int, started: bool, exhausted: bool
     ) -> None:
         self.rank = rank
-        self.count = plan.layout.count(rank)
-        if not 0 <= taken <= self.count:
-            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
         self._plan = self._prepare(plan)
+        if taken and not 0 <= taken <= self.count:
+            raise ValueError(f"taken must be in [0, {self.count}], got {taken}")
         # Where the current chunk ends and its iterator, replaced together so that
         # ``taken`` reads a consistent pair from any thread.
         self._cursor = (taken, iter(()))
         self.started = started
         self.exhausted = exhausted
         self.reader = None
+        self.at_end = None
 
     @abstractmethod
     def _prepare(self, plan: EpochPlan) -> EpochPlan:
@@ -101,7 +103,7 @@ class Progress(ABC, Generic[_Item]):
 
     @abstractmethod
     def _chunk(self, start: int) -> tuple[list[_Item], int]:
-        """Items from ``start`` on (at least one) and where they end."""
+        """Items from ``start`` on and where they end (none at the share's end)."""
 
     def _finish(self) -> None:
         """Called once the sequence is exhausted."""
@@ -110,6 +112,12 @@ class Progress(ABC, Generic[_Item]):
     def plan(self) -> EpochPlan:
         """The epoch plan this iterator walks."""
         return self._plan
+
+    @functools.cached_property
+    def count(self) -> int:
+        """How many items the rank's share holds (asked only when needed: a layout that
+        plans its epoch as it goes plans all of it to count)."""
+        return self._plan.layout.count(self.rank)
 
     @property
     def taken(self) -> int:
@@ -138,13 +146,17 @@ def _feed(holder: list[Progress[_Item]]) -> Iterator[Iterator[_Item]]:
     iterator = holder[0]
     iterator.started = True  # the chain asks for its first chunk at the first next()
     end = iterator._cursor[0]
-    while end < iterator.count:
+    while True:
         items, end = iterator._chunk(end)
+        if not items:
+            break
         current = iter(items)
         iterator._cursor = (end, current)
         yield current
     iterator.exhausted = True
     iterator._finish()
+    if iterator.at_end is not None:
+        iterator.at_end(iterator.plan.layout)
 
 
 def _restored(
@@ -179,6 +191,8 @@ class ShareIterator(Progress[int], itertools.chain[int]):
         return plan if self._share is None else plan.undrawn()
 
     def _chunk(self, start: int) -> tuple[list[int], int]:
+        if start >= self.count:
+            return [], start
         if self._share is not None:
             end = min(start + CHUNK, self.count)
             held: list[int] = self._share[start:end].tolist()
@@ -195,17 +209,21 @@ class ShareIterator(Progress[int], itertools.chain[int]):
 class BatchIterator(Progress[list[int]], itertools.chain[list[int]]):
     """``rank``'s batches of a batched plan, from batch ``taken`` on, as lists of ints."""
 
-    #: Batches turned into lists at a time.
+    #: Batches turned into lists at a time: from FIRST_STEPS, doubling up to STEPS, so the
+    #: first batch of a layout that plans as it goes comes at once.
+    FIRST_STEPS = 4
     STEPS = 256
 
     def _prepare(self, plan: EpochPlan) -> EpochPlan:
         if not plan.layout.batched:
             raise TypeError("BatchIterator needs a plan with a batched layout")
+        self._steps = self.FIRST_STEPS // 2
         order = plan.order
         if isinstance(order, RandpermOrder):
             order.held()  # drawn now: a bad seed raises here, as in the stock iter()
         return plan
 
     def _chunk(self, start: int) -> tuple[list[list[int]], int]:
-        end = min(start + self.STEPS, self.count)
-        return self._plan.rank_batches(self.rank, start, end), end
+        self._steps = min(self._steps * 2, self.STEPS)
+        batches = self._plan.rank_batches(self.rank, start, start + self._steps)
+        return batches, start + len(batches)

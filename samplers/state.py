@@ -16,6 +16,9 @@ field. Fields (version 2):
 ``finished``
     Nothing more of the epoch is handed out (its last step is done).
 
+A sampler whose order depends on more than these (the token sampler's budget, cost and
+window) adds those settings as further fields, which loading also needs to match.
+
 Version 1 states (per-rank counts, written by dsampler 0.1.0) are read and converted.
 """
 
@@ -68,9 +71,12 @@ def encode(
     shuffle: bool,
     permutation: str,
     saved: Saved,
+    order_fields: Mapping[str, int | str] | None = None,
 ) -> dict[str, Any]:
     """The state dict of ``saved`` (plain Python types only)."""
+    extra = {name: _plain(value) for name, value in (order_fields or {}).items()}
     return {
+        **extra,
         "version": STATE_VERSION,
         "sampler": str(sampler),
         "dataset_length": int(dataset_length),
@@ -82,6 +88,10 @@ def encode(
         "position": int(dataset_length if saved.finished else min(saved.position, dataset_length)),
         "finished": bool(saved.finished),
     }
+
+
+def _plain(value: int | str) -> int | str:
+    return str(value) if isinstance(value, str) else int(value)
 
 
 def _field(state: Mapping[str, Any], name: str, kind: type) -> Any:
@@ -101,13 +111,15 @@ def decode(
     dataset_length: int,
     shuffle: bool,
     permutation: str,
+    order_fields: Mapping[str, int | str] | None = None,
 ) -> Saved:
     """The progress of ``state``, checked against the sampler it is loaded into.
 
     Raises ``ValueError`` naming the field: a state from another kind of sampler, dataset
-    length, shuffle setting or permutation; an unknown version or field; a value of the
-    wrong type or outside its possible range.
+    length, shuffle setting, permutation or ``order_fields``; an unknown version or field;
+    a value of the wrong type or outside its possible range.
     """
+    own = dict(order_fields or {})
     if not isinstance(state, Mapping):
         raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
     version = state.get("version")
@@ -125,10 +137,17 @@ def decode(
             f"state field 'version' is {values['version']!r}; this version of dsampler reads "
             f"state versions 1 and {STATE_VERSION}"
         )
-    unknown = sorted(set(state) - set(_FIELDS))
+    unknown = sorted(set(state) - set(_FIELDS) - set(own))
     if unknown:
         raise ValueError(f"state field {unknown[0]!r} is not one dsampler writes")
     _check_origin(values, sampler, dataset_length, shuffle, permutation)
+    for name, expected in own.items():
+        value = _field(state, name, type(expected))
+        if value != expected:
+            raise ValueError(
+                f"state field {name!r} is {value!r}, this sampler's is {expected!r}: the saved "
+                "epoch's order cannot be continued"
+            )
     position = values["position"]
     if not 0 <= position <= dataset_length:
         raise ValueError(

@@ -1,30 +1,16 @@
-"""Argument and state checks of :class:`samplers.DistributedTokenBatchSampler`.
+"""Argument checks of :class:`samplers.DistributedTokenBatchSampler`.
 
-Each error names the argument (or the state's field) and the value; a state that
-describes another epoch order (another dataset, budget, cost or window) is refused.
+Each error names the argument and the value.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-__all__ = [
-    "ORDER_FIELDS",
-    "STATE_VERSION",
-    "checked_lengths",
-    "checked_state",
-    "choice",
-    "warn_over_budget",
-]
-
-#: The version :meth:`DistributedTokenBatchSampler.state_dict` writes.
-STATE_VERSION = 1
-#: Fields of a state that must match the sampler loading it: they define the epoch order.
-ORDER_FIELDS = ("dataset_length", "length_sum", "max_tokens", "cost", "window")
+__all__ = ["checked_lengths", "choice", "warn_over_budget"]
 
 
 def checked_lengths(lengths: Any) -> torch.Tensor:
@@ -75,38 +61,3 @@ def warn_over_budget(lengths: torch.Tensor, max_tokens: int) -> None:
             UserWarning,
             stacklevel=3,
         )
-
-
-def checked_state(state: Any, expected: Mapping[str, Any]) -> dict[str, Any]:
-    """The state's fields, validated against this sampler's ``expected`` state."""
-    if not isinstance(state, Mapping):
-        raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-    checked: dict[str, Any] = {}
-    for name, example in expected.items():
-        if name not in state:
-            raise ValueError(f"state field {name!r} is missing (a truncated or foreign state?)")
-        value = state[name]
-        if type(value) is not type(example):
-            raise ValueError(
-                f"state field {name!r} must be {type(example).__name__}, got {value!r}"
-            )
-        checked[name] = value
-    if checked["version"] != STATE_VERSION:
-        raise ValueError(
-            f"state field 'version' is {checked['version']!r}; this version of dsampler "
-            f"reads state version {STATE_VERSION}"
-        )
-    if checked["sampler"] != expected["sampler"]:
-        raise ValueError(
-            f"state field 'sampler' is {checked['sampler']!r}, not {expected['sampler']!r}: "
-            "a state loads into the kind of sampler that saved it"
-        )
-    for name in ("shuffle", "permutation", *ORDER_FIELDS):
-        if checked[name] != expected[name]:
-            raise ValueError(
-                f"state field {name!r} is {checked[name]!r}, this sampler's is "
-                f"{expected[name]!r}: the saved epoch's order cannot be continued"
-            )
-    if checked["position"] < 0:
-        raise ValueError(f"state field 'position' must be at least 0, got {checked['position']}")
-    return checked

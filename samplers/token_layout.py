@@ -31,16 +31,17 @@ known as soon as the chunks of the order they lie in (and a few batches after th
 from __future__ import annotations
 
 import bisect
+from typing import ClassVar
 
 import torch
 
-from samplers.plan import TAILS, Tail
+from samplers.plan import TAILS, Layout, Tail, ceil_div
 from samplers.token_order import TokenOrder, repeat
 
 __all__ = ["TokenLayout"]
 
 
-class TokenLayout:
+class TokenLayout(Layout):
     """One batch per rank per step over a :class:`TokenOrder` from ``start``.
 
     Guarantee: every rank takes :meth:`count` batches, the same for every rank except in
@@ -51,6 +52,8 @@ class TokenLayout:
     are ``[start, position_after(k))``; and everything is a function of the order,
     ``start``, ``world_size`` and ``tail``.
     """
+
+    batched: ClassVar[bool] = True
 
     def __init__(self, order: TokenOrder, world_size: int, tail: Tail, start: int = 0) -> None:
         if world_size < 1:
@@ -155,7 +158,7 @@ class TokenLayout:
             self._steps = raw // width
             self._raw_limit = self._steps * width
         elif self.tail == "pad":
-            self._steps = -(-raw // width)
+            self._steps = ceil_div(raw, width)
             self._raw_limit = raw
             self._pad_starts = self._padding(self._steps * width - raw)
         else:
@@ -167,7 +170,7 @@ class TokenLayout:
             halves = lows + (highs - lows + 1) // 2
             chosen = torch.tensor(cut, dtype=torch.int64) - self._raw_limit
             self._pieces = torch.sort(torch.cat([bounds, halves[chosen]])).values
-            self._steps = -(-(raw + len(cut)) // width)
+            self._steps = ceil_div(raw + len(cut), width)
 
     def _padding(self, missing: int) -> torch.Tensor:
         """Boundaries of ``missing`` batches repeating the order's head (positions >= N)."""
@@ -212,7 +215,7 @@ class TokenLayout:
     def count(self, rank: int) -> int:
         """How many batches ``rank`` takes this epoch (plans the whole epoch)."""
         total = self._total()
-        return max(-(-(total - rank) // self.world_size), 0)
+        return max(ceil_div(total - rank, self.world_size), 0)
 
     @property
     def stop(self) -> int:
@@ -241,7 +244,7 @@ class TokenLayout:
             lo[rest], hi[rest] = table[where], table[where + 1]
         return lo, hi
 
-    def batches(
+    def items(
         self, rank: int, lo: int = 0, hi: int | None = None
     ) -> tuple[torch.Tensor, list[int]]:
         """Flat positions (int64) and sizes of ``rank``'s batches ``[lo, hi)``.
@@ -268,11 +271,11 @@ class TokenLayout:
 
     def positions(self, rank: int, lo: int = 0, hi: int | None = None) -> torch.Tensor:
         """Flat int64 positions of ``rank``'s batches ``[lo, hi)``."""
-        return self.batches(rank, lo, hi)[0]
+        return self.items(rank, lo, hi)[0]
 
     def batch_sizes(self, rank: int, lo: int = 0, hi: int | None = None) -> list[int]:
         """Sizes of ``rank``'s batches ``[lo, hi)``."""
-        return self.batches(rank, lo, hi)[1]
+        return self.items(rank, lo, hi)[1]
 
     def position_after(self, steps: int) -> int:
         """The global position the ranks have reached after ``steps`` steps."""

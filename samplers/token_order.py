@@ -39,7 +39,7 @@ from typing import Literal, get_args
 
 import torch
 
-from samplers.plan import Order, Permutation, make_order
+from samplers.plan import Order, Permutation, ceil_div, make_order
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -181,7 +181,7 @@ class TokenOrder(Order):
         self.seed = seed
         self.epoch = epoch
         self.permutation: Permutation = permutation
-        self.size = lengths.numel()
+        self.length = lengths.numel()
         #: Whole windows per planned chunk.
         self.chunk_windows = max(1, CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
@@ -204,6 +204,11 @@ class TokenOrder(Order):
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
+    @property
+    def size(self) -> int:
+        """The number of positions (the dataset's length)."""
+        return self.length
+
     @cached_property
     def permuted(self) -> Order:
         """The epoch permutation the windows are cut from."""
@@ -223,7 +228,7 @@ class TokenOrder(Order):
     def chunks(self) -> int:
         """How many chunks of whole windows the order is planned in."""
         per_chunk = self.chunk_windows * self.window
-        return -(-self.size // per_chunk)
+        return ceil_div(self.size, per_chunk)
 
     def chunk_of(self, position: int) -> int:
         """The chunk holding ``position`` (in ``[0, N)``)."""
@@ -279,7 +284,7 @@ class TokenOrder(Order):
             empty = torch.zeros(0, dtype=torch.int64)
             return Span(lo, hi, empty, empty)
         indices = self.permuted.at(torch.arange(lo, hi, dtype=torch.int64))
-        rows = -(-count // window)
+        rows = ceil_div(count, window)
         grid = torch.full((rows * window,), -1, dtype=self.lengths.dtype)
         grid[:count] = self.lengths[indices]
         # Longest first within each window (a row); ties keep the permutation order. The
@@ -335,7 +340,7 @@ class TokenOrder(Order):
             total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
-        windows = -(-count // self.window)
+        windows = ceil_div(count, self.window)
         if windows < CONCURRENT_WINDOWS:
             # Few windows: follow the one chain through them in Python (one step per batch).
             following: list[int] = after.tolist()

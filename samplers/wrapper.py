@@ -16,7 +16,7 @@ from samplers import checks, consistency, groups, resharding
 from samplers.core import SamplerCore
 from samplers.iterators import ShareIterator
 from samplers.options import Tail
-from samplers.plan import EpochPlan, ShardSizes, Strided
+from samplers.plan import EpochPlan, ShardSizes, StreamOrder, Strided
 
 __all__ = ["DistributedSamplerWrapper"]
 
@@ -131,7 +131,7 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
             seed=checks.seed(self.seed),
             epoch=checks.epoch(self.epoch),
             layout=Strided.of(size, num_replicas, tail, start),
-            stream=stream,
+            given=StreamOrder(stream),
         )
 
     def _dataset_length(self) -> int:

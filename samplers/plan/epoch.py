@@ -10,7 +10,7 @@ import torch
 
 from samplers.options import Permutation, Tail
 from samplers.plan.layouts import Batched, Layout, Strided
-from samplers.plan.orders import Order, StreamOrder, make_order
+from samplers.plan.orders import Order, make_order
 from samplers.plan.sizes import ShardSizes
 
 __all__ = ["EpochPlan", "interleave", "interleave_truncated", "rank_positions"]
@@ -23,8 +23,8 @@ class EpochPlan:
     ``sizes`` are the stock sampler's sizes; :meth:`stock` is the stock plan for them
     (``Strided.stock(sizes)``, which also describes a sampler whose ``total_size`` was
     overridden, see :meth:`ShardSizes.given`). The epoch order (:attr:`order`) follows
-    from ``shuffle``, ``seed``, ``epoch`` and ``permutation``, or is a given ``stream``
-    (a wrapped sampler's), and is drawn lazily, on first use.
+    from ``shuffle``, ``seed``, ``epoch`` and ``permutation``, or is a ``given`` one (a
+    wrapped sampler's stream, a token-budgeted order), and is drawn lazily, on first use.
 
     Example::
 
@@ -47,8 +47,9 @@ class EpochPlan:
     epoch: int
     layout: Layout
     permutation: Permutation = "randperm"
-    #: A given order (a wrapped sampler's stream) instead of one drawn from the settings.
-    stream: torch.Tensor | None = field(default=None, compare=False)
+    #: A given order (a wrapped sampler's stream, a token-budgeted order) instead of one
+    #: drawn from the settings.
+    given: Order | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.layout.dataset_size != self.sizes.dataset_size:
@@ -95,8 +96,8 @@ class EpochPlan:
     @cached_property
     def order(self) -> Order:
         """The epoch order (a drawn permutation is drawn on first use of its indices)."""
-        if self.stream is not None:
-            return StreamOrder(self.stream)
+        if self.given is not None:
+            return self.given
         return make_order(
             self.sizes.dataset_size,
             shuffle=self.shuffle,
@@ -131,8 +132,8 @@ class EpochPlan:
         """``rank``'s batches ``[lo:hi]`` as lists of dataset indices (batched layout)."""
         if not self.layout.batched:
             raise TypeError("rank_batches needs a batched layout; use rank_indices")
-        flat = self.rank_indices(rank, lo, hi)
-        sizes = self.layout.batch_sizes(rank, lo, hi)
+        positions, sizes = self.layout.items(rank, lo, hi)
+        flat = self.indices_at(positions)
         return [part.tolist() for part in torch.split(flat, sizes)]
 
     def rank_share(self, rank: int) -> torch.Tensor | None:

@@ -63,6 +63,12 @@ class Layout(ABC):
         lo, hi = _share_range(lo, hi, self.count(rank))
         return [1] * (hi - lo)
 
+    def items(
+        self, rank: int, lo: int = 0, hi: int | None = None
+    ) -> tuple[torch.Tensor, list[int]]:
+        """:meth:`positions` and :meth:`batch_sizes` of the same items, together."""
+        return self.positions(rank, lo, hi), self.batch_sizes(rank, lo, hi)
+
     @property
     def remaining(self) -> int:
         """Positions of the order from ``start`` on: ``max(N - start, 0)``."""
