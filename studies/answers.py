@@ -19,6 +19,7 @@ from studies.findings import (
     drop_last,
     equal_batches,
     facts_of,
+    frameworks,
     manual_seed,
     resume,
     seed_per_rank,
@@ -27,6 +28,7 @@ from studies.findings import (
     strided_prefix,
     tail_policies,
     tiny_datasets,
+    token_batches,
     wrapping_samplers,
 )
 from studies.findings.wording import count_of, joined
@@ -36,7 +38,8 @@ __all__ = ["COLUMNS", "NEEDED", "answers"]
 #: The table's columns.
 COLUMNS = ("if you are doing", "use", "because")
 
-#: The finding modules whose facts the answers read; all of them are fast to build.
+#: The finding modules whose facts the answers read (built by every render of the
+#: reports, slow ones included, so the README does not depend on which findings were built).
 SOURCES = (
     distributed_evaluation,
     set_epoch,
@@ -51,11 +54,19 @@ SOURCES = (
     resume,
     tail_policies,
     wrapping_samplers,
+    frameworks,
+    token_batches,
 )
 #: Their names, as the report builds them.
 NEEDED = tuple(module.NAME for module in SOURCES)
 #: Findings linked without numbers (slow ones may be among them).
 LINKED = ("exact-evaluation", "zip-and-truncate")
+
+
+def _built(findings: Mapping[str, Finding], name: str) -> Finding:
+    if name not in findings:
+        raise KeyError(f"the finding {name!r} is needed but was not built")
+    return findings[name]
 
 
 def _link(name: str) -> str:
@@ -186,5 +197,7 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
             f"after {prefix.prefixes} of the {prefix.steps} steps measured, the consumed "
             "samples were a prefix of the epoch order.",
         ),
+        frameworks.answer(_built(findings, frameworks.NAME)),
+        token_batches.answer(_built(findings, token_batches.NAME)),
     ]
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -60,7 +60,7 @@ import tabulate
 import torch
 
 from studies import findings as registry
-from studies.answers import answers
+from studies.answers import NEEDED, answers
 from studies.cases import EXPERIMENT, Case, grid
 from studies.extras import require
 from studies.figures import render_png
@@ -235,19 +235,16 @@ def index(
 def render(
     progress: bool = False, *, slow: bool = True, workers: int | None = None
 ) -> dict[str, bytes]:
-    """Every generated file's bytes, by file name (``slow=False``: skip SLOW findings).
+    """Every generated file's bytes, by file name (``slow=False``: skip the SLOW findings
+    the README's answers do not read).
 
     The parts (the tables, then each finding) run side by side in ``workers`` processes
     (default :func:`studies.parts.default_workers`); the result does not depend on how
-    many. The README's answers read only fast findings (:data:`studies.answers.NEEDED`),
-    so they are the same with or without the slow ones.
+    many. The findings the answers read (:data:`studies.answers.NEEDED`) are always
+    built, so the README is the same with or without the other slow ones.
     """
     modules = registry.modules()
-    chosen = [
-        (number, module)
-        for number, module in enumerate(modules, start=1)
-        if slow or not registry.is_slow(module)
-    ]
+    chosen = chosen_modules(slow)
     # The longest parts first, so that none of them starts last.
     chosen.sort(key=lambda item: -registry.expected_seconds(item[1]))
     parts = [Part("cases and summary", table_files)] + [
@@ -266,6 +263,16 @@ def render(
         answers(built),
     )
     return dict(sorted(files.items()))
+
+
+def chosen_modules(slow: bool) -> list[tuple[int, ModuleType]]:
+    """The findings a render builds, with their numbers: every one, or (``slow=False``) the
+    fast ones and those the README's answers read."""
+    return [
+        (number, module)
+        for number, module in enumerate(registry.modules(), start=1)
+        if slow or not registry.is_slow(module) or module.NAME in NEEDED
+    ]
 
 
 def finding_part(module_name: str, number: int) -> tuple[Finding, dict[str, bytes]]:

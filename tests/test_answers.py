@@ -6,6 +6,7 @@ import inspect
 import re
 
 import pytest
+import torch
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
 from studies.answers import COLUMNS, NEEDED, answers
@@ -13,11 +14,11 @@ from studies.findings import (
     batch_of_one,
     build,
     distributed_evaluation,
-    is_slow,
     modules,
     resume,
     set_epoch,
 )
+from studies.report import chosen_modules
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +26,9 @@ def built() -> dict[str, object]:
     return {module.NAME: build(module) for module in modules() if module.NAME in NEEDED}
 
 
-def test_answers_cover_the_jobs_and_read_only_fast_findings(built: dict) -> None:
-    fast = {module.NAME for module in modules() if not is_slow(module)}
-    assert set(NEEDED) <= fast  # so the README is the same with or without slow findings
+def test_answers_cover_the_jobs_and_their_findings_are_always_built(built: dict) -> None:
+    chosen = {module.NAME for _, module in chosen_modules(slow=False)}
+    assert set(NEEDED) <= chosen  # so the README is the same with or without slow findings
     table = answers(built)
     assert list(table.columns) == list(COLUMNS)
     jobs = table["if you are doing"].tolist()
@@ -95,6 +96,7 @@ def test_the_split_and_evaluation_rows_agree_on_uneven(built: dict) -> None:
 
 
 def test_every_api_the_answers_name_exists(built: dict) -> None:
+    import importlib
     import inspect
     import re
 
@@ -104,14 +106,29 @@ def test_every_api_the_answers_name_exists(built: dict) -> None:
     called = set(re.findall(r"`([A-Za-z_]+)\(", text))
     methods = set(re.findall(r"`sampler\.([a-z_]+)\(", text))
     assert {"DistributedBatchSampler", "gather_unsharded", "DistributedSamplerWrapper"} <= called
+    integrations = [
+        importlib.import_module(f"samplers.integrations.{name}")
+        for name in ("accelerate", "transformers", "lightning", "torchdata")
+    ]
+    places = [samplers, samplers.DistributedSampler, *integrations]
     for name in called - {"sampler"}:
-        assert hasattr(samplers, name) or hasattr(samplers.DistributedSampler, name), name
+        assert any(hasattr(place, name) for place in places), name
     for name in methods:
         assert hasattr(samplers.DistributedSampler, name), name
     keywords = set(re.findall(r"`?([a-z_]+)=", text))
-    options = {
-        parameter
-        for cls in (samplers.DistributedSampler, samplers.DistributedBatchSampler)
-        for parameter in inspect.signature(cls).parameters
-    } | {"drop_last", "shuffle", "seed", "consumed"}
+    classes = [
+        samplers.DistributedSampler,
+        samplers.DistributedBatchSampler,
+        samplers.DistributedTokenBatchSampler,
+        samplers.integrations.transformers.ShardedTrainer,
+        samplers.integrations.lightning.ShardedDataLoader,
+        torch.utils.data.DataLoader,
+    ]
+    options = {parameter for cls in classes for parameter in inspect.signature(cls).parameters} | {
+        "drop_last",
+        "shuffle",
+        "seed",
+        "consumed",
+        "train_sampler",
+    }
     assert keywords <= options, keywords - options

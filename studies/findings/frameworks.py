@@ -19,7 +19,7 @@ from studies.distributed.frameworks import (
     observe,
 )
 from studies.findings import Evidence, Finding, Table
-from studies.findings.observe import joined
+from studies.findings.wording import joined
 
 NAME = "frameworks"
 TITLE = "Inside the frameworks: what accelerate, the HF Trainer, Lightning and torchdata do"

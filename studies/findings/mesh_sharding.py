@@ -17,7 +17,7 @@ from studies.distributed.mesh_runs import (
     measure,
 )
 from studies.findings import Evidence, Table
-from studies.findings.observe import joined, listed
+from studies.findings.wording import joined, listed
 
 NAME = "mesh-sharding"
 TITLE = (
