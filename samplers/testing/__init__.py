@@ -47,7 +47,9 @@ from samplers.testing.epochs import (
 from samplers.testing.factories import (
     deterministic,
     deterministic_across_processes,
+    fresh_outputs,
     load_factory,
+    reference,
     validated,
 )
 from samplers.testing.registry import CHECKS, GUARANTEES, REGISTRY
@@ -102,10 +104,12 @@ __all__ = [
     "equal_batch_counts",
     "equal_length_across_ranks",
     "exactly_once",
+    "fresh_outputs",
     "handles_every_size",
     "len_matches_iteration",
     "load_factory",
     "no_tiny_batch",
+    "reference",
     "reshuffles_with_set_epoch",
     "resumes_other_world_size",
     "resumes_same_world_size",

@@ -142,22 +142,27 @@ def validated(factory: Factory, name: str = "factory") -> Factory:
     return factory
 
 
-def outputs_json(text: str, configurations: Sequence[Configuration]) -> str:
-    """What the factory named ``text`` yields in each configuration, as JSON."""
-    factory = load_factory(text)
-    return json.dumps([epoch_outputs(factory, c) for c in configurations])
+def outputs_json(texts: Sequence[str], configurations: Sequence[Configuration]) -> str:
+    """What each factory named in ``texts`` yields in each configuration, as JSON (an
+    object by name)."""
+    return json.dumps(
+        {text: [epoch_outputs(load_factory(text), c) for c in configurations] for text in texts}
+    )
 
 
-def deterministic_across_processes(
-    text: str, configurations: Sequence[Configuration], *, timeout: float = 120.0
-) -> None:
-    """The factory named ``MODULE:FACTORY`` yields the same in a fresh Python process
-    (another hash seed) as in this one, for each configuration; raises ``Violation``."""
-    factory = load_factory(text)
+def fresh_outputs(
+    texts: Sequence[str],
+    configurations: Sequence[Configuration] = FRESH_PROCESS_CONFIGURATIONS,
+    *,
+    timeout: float = 300.0,
+) -> dict[str, Any]:
+    """What each factory named in ``texts`` yields in each configuration in one fresh
+    Python process (another hash seed): one interpreter for all of them, as
+    :func:`deterministic_across_processes` takes them (``fresh=``)."""
     script = (
         "from samplers.testing.factories import outputs_json\n"
         "from samplers.testing import Configuration\n"
-        f"print(outputs_json({text!r}, [Configuration(**c) for c in "
+        f"print(outputs_json({list(texts)!r}, [Configuration(**c) for c in "
         f"{[asdict(c) for c in configurations]!r}]))\n"
     )
     environment = {
@@ -176,8 +181,27 @@ def deterministic_across_processes(
     )
     if finished.returncode != 0:
         last = (finished.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the fresh process failed building {text}: {last}")
-    fresh = json.loads(finished.stdout)
+        raise RuntimeError(f"the fresh process failed building {', '.join(texts)}: {last}")
+    found: dict[str, Any] = json.loads(finished.stdout)
+    return found
+
+
+def deterministic_across_processes(
+    text: str,
+    configurations: Sequence[Configuration] = FRESH_PROCESS_CONFIGURATIONS,
+    *,
+    timeout: float = 120.0,
+    fresh: Any = None,
+) -> None:
+    """The factory named ``MODULE:FACTORY`` yields the same in a fresh Python process
+    (another hash seed) as in this one, for each configuration; raises ``Violation``.
+
+    ``fresh``: what the fresh process yielded (from :func:`fresh_outputs`), when already
+    computed; else it is started now.
+    """
+    factory = load_factory(text)
+    if fresh is None:
+        fresh = fresh_outputs([text], configurations, timeout=timeout)[text]
     for configuration, theirs in zip(configurations, fresh, strict=True):
         ours = json.loads(json.dumps(epoch_outputs(factory, configuration)))
         try:

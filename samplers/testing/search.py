@@ -14,7 +14,7 @@ import contextlib
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -222,12 +222,15 @@ def check_guarantee(
     *,
     thorough: bool = False,
     time_limit: float | None = None,
+    fresh: Mapping[str, Any] | None = None,
 ) -> Result:
     """Search configurations for a violation of ``guarantee`` (an id of ``GUARANTEES``)
     and return the smallest one hypothesis shrinks to, or that it held (or does not apply).
 
     ``time_limit``: seconds a configuration may take (``None``: no limit); past it the
-    search stops with :class:`TimedOut`.
+    search stops with :class:`TimedOut`. ``fresh``: what fresh processes yielded, by
+    factory reference (:func:`~samplers.testing.factories.fresh_outputs`), for the
+    ``deterministic`` guarantee; a factory missing from it gets a fresh process of its own.
     """
     if guarantee not in CHECKS:
         raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")
@@ -267,7 +270,7 @@ def check_guarantee(
         found = None
     examples = seen.tried
     if found is None:
-        return _held(factory, guarantee, seen)
+        return _held(factory, guarantee, seen, fresh)
     try:
         violation = _violation(guarantee, factory, found, time_limit)
     except Violation as raised:
@@ -297,7 +300,9 @@ class _Tally:
     rejection: str = ""
 
 
-def _held(factory: Factory, guarantee: str, seen: _Tally) -> Result:
+def _held(
+    factory: Factory, guarantee: str, seen: _Tally, fresh: Mapping[str, Any] | None
+) -> Result:
     if seen.unsupported:
         return Result(guarantee, None, None, f"not supported: {seen.unsupported}")
     if seen.rejected == seen.tried:
@@ -308,7 +313,7 @@ def _held(factory: Factory, guarantee: str, seen: _Tally) -> Result:
             f"not supported: the sampler raised for every configuration ({seen.rejection})",
         )
     if guarantee == "deterministic":
-        return _fresh_process(factory, seen.tried)
+        return _fresh_process(factory, seen.tried, fresh)
     skipped = ""
     if seen.smallest is not None:
         skipped = (
@@ -324,7 +329,7 @@ def _held(factory: Factory, guarantee: str, seen: _Tally) -> Result:
     )
 
 
-def _fresh_process(factory: Factory, examples: int) -> Result:
+def _fresh_process(factory: Factory, examples: int, fresh: Mapping[str, Any] | None) -> Result:
     name = reference(factory)
     searched = f"held on {examples} configurations searched in this process"
     if name is None:
@@ -337,7 +342,9 @@ def _fresh_process(factory: Factory, examples: int) -> Result:
             examples=examples,
         )
     try:
-        deterministic_across_processes(name, FRESH_PROCESS_CONFIGURATIONS)
+        deterministic_across_processes(
+            name, FRESH_PROCESS_CONFIGURATIONS, fresh=(fresh or {}).get(name)
+        )
     except Violation as violation:
         configuration = Configuration(**violation.details.pop("configuration"))
         return Result(
@@ -362,19 +369,27 @@ def _fresh_process(factory: Factory, examples: int) -> Result:
 
 
 def check_all(
-    factory: Factory, *, thorough: bool = False, time_limit: float | None = None
+    factory: Factory,
+    *,
+    thorough: bool = False,
+    time_limit: float | None = None,
+    fresh: Mapping[str, Any] | None = None,
 ) -> list[Result]:
     """:func:`check_guarantee` for every guarantee, in ``GUARANTEES`` order (after
     :func:`~samplers.testing.factories.validated`)."""
     validated(factory)
     return [
-        check_guarantee(factory, guarantee, thorough=thorough, time_limit=time_limit)
+        check_guarantee(factory, guarantee, thorough=thorough, time_limit=time_limit, fresh=fresh)
         for guarantee in GUARANTEES
     ]
 
 
 def check(
-    factory: Factory, *, thorough: bool = False, time_limit: float | None = None
+    factory: Factory,
+    *,
+    thorough: bool = False,
+    time_limit: float | None = None,
+    fresh: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Each guarantee, searched with hypothesis: one row per guarantee with the columns
     ``guarantee``, ``holds`` (True, False, or None when it does not apply),
@@ -390,7 +405,7 @@ def check(
             "detail": result.detail,
             "experience": result.experience,
         }
-        for result in check_all(factory, thorough=thorough, time_limit=time_limit)
+        for result in check_all(factory, thorough=thorough, time_limit=time_limit, fresh=fresh)
     ]
     return pd.DataFrame(
         rows, columns=["guarantee", "holds", "counterexample", "detail", "experience"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import multiprocessing
 import os
+import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -51,10 +52,11 @@ def yields(column: Column) -> str:
     return "batches" if "batch_size" in parameters else "indices"
 
 
-def check_column(name: str) -> pd.DataFrame:
-    """``samplers.testing.check`` of the column named ``name`` (run in a worker process)."""
+def check_column(name: str, fresh: dict[str, object] | None = None) -> pd.DataFrame:
+    """``samplers.testing.check`` of the column named ``name`` (run in a worker process);
+    ``fresh``: what a fresh process yielded for the columns (one process for all)."""
     column = next(column for column in COLUMNS if column.name == name)
-    return testing.check(column.factory)
+    return testing.check(column.factory, fresh=fresh)
 
 
 def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, pd.DataFrame]:
@@ -66,12 +68,20 @@ def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, pd.DataFrame]:
     """
     require("peers")
     names = [column.name for column in columns]
+    # One fresh interpreter for every column's determinism check, not one per column.
+    references = [
+        reference for column in columns if (reference := testing.reference(column.factory))
+    ]
+    try:
+        fresh: dict[str, object] | None = testing.fresh_outputs(references)
+    except (RuntimeError, subprocess.TimeoutExpired):
+        fresh = None  # each column's check then starts a fresh process of its own
     workers = max(1, min(len(names), os.cpu_count() or 1))
     if workers == 1:
-        return {name: check_column(name) for name in names}
+        return {name: check_column(name, fresh) for name in names}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return dict(zip(names, pool.map(check_column, names), strict=True))
+        return dict(zip(names, pool.map(check_column, names, [fresh] * len(names)), strict=True))
 
 
 def cells(columns: tuple[Column, ...] = COLUMNS) -> pd.DataFrame:
