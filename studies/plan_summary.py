@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from samplers.plan import EpochPlan, ShardSizes
+from samplers.plan import EpochPlan, ShardSizes, ceil_div
 from studies.cases import Case
 
 __all__ = ["LoaderShares", "loader_shares", "planned_summary"]
@@ -75,7 +75,7 @@ def loader_shares(case: Case) -> LoaderShares:
         samples = batches * size
         last = size if batches else 0
     else:
-        batches = -(-share // size)
+        batches = ceil_div(share, size)
         samples = share
         last = share - (batches - 1) * size if batches else 0
     return LoaderShares(share, samples, batches, last, samples * case.world_size)
@@ -109,7 +109,7 @@ def planned_summary(case: Case) -> dict[str, Any]:
         duplicated = max(sizes.padding - removed, 0)
         dropped = sizes.dropped + max(removed - sizes.padding, 0)
         # Position p of the padded order holds order[p % N] (samplers.plan).
-        most_copies = -(-shares.received // size) if size else 0
+        most_copies = ceil_div(shares.received, size) if size else 0
     batch_of_one = shares.batches > 0 and (case.batch_size == 1 or shares.last_batch == 1)
     return {
         **case.key(),

@@ -353,6 +353,15 @@ def test_mesh_sharding_finding_holds(measured: mesh_runs.Measured) -> None:
     after = resumed[resumed["phase"] == mesh_sharding.PHASES["resumed"]]
     assert all(json.loads(cell) == order[2 * consumed :] for cell in after["samples"])
     assert "every one of the 20 samples exactly once" in evidence.prose
+    # The claim says what these tables show, no more.
+    assert "read different samples in every one of the 2 tensor-parallel groups" in (evidence.claim)
+    assert "they read different samples in none of the 2 tensor-parallel groups (in none" in (
+        evidence.claim
+    )
+    assert "raises on every process with one message for the defaults and passes on every" in (
+        evidence.claim
+    )
+    assert "every one of the 20 samples exactly once that epoch." in evidence.claim
 
 
 @pytest.mark.timeout(200)

@@ -58,6 +58,21 @@ def test_the_claim_holds_in_the_tables(finding, table) -> None:
     assert (fairseq["equal batch counts"] == "no").any()
     assert (fairseq["batch-mate pairs kept"] == 1.0).all()
     assert (ours["batch-mate pairs kept"] < 0.5).all()
+    # The claim says what the table shows, no more.
+    total = len(ours)
+    for words in (
+        f"kept every batch within max_tokens in all {total} configurations",
+        f"same number of steps in all {total} configurations",
+        f"met both targets (padded efficiency at least 0.9, straggler ratio at most 1.05) in "
+        f"all {total} configurations",
+        f"padded least in all {total} configurations",
+        f"the same batches in the next epoch in all {total} configurations",
+    ):
+        assert words in finding.claim, words
+    unequal = int((fairseq["equal batch counts"] == "no").sum())
+    assert f"different numbers of batches in {unequal} of the {total}" in finding.claim or (
+        unequal == total and f"numbers of batches in all {total}" in finding.claim
+    )
 
 
 def test_the_answer_row_reads_the_table(finding, table) -> None:

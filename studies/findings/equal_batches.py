@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers import DistributedSampler
+from samplers.plan import ceil_div
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed
 from studies.simulate import IndexDataset
@@ -50,7 +51,7 @@ def _sampled(sampler_class: type[StockDistributedSampler[int]], **options: Any) 
 
 
 def _contiguous(size: int, world: int, rank: int, batch: int, loader_drop: bool) -> DataLoader[int]:
-    chunk = -(-size // world)  # ceil(N / W) samples per rank, the last rank gets the rest
+    chunk = ceil_div(size, world)  # samples per rank, the last rank gets the rest
     part = Subset(IndexDataset(size), range(rank * chunk, min(size, (rank + 1) * chunk)))
     return DataLoader(part, batch_size=batch, drop_last=loader_drop)
 

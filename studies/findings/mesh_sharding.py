@@ -24,17 +24,6 @@ TITLE = (
     'Data x tensor parallelism: the defaults split tensor-parallel peers, group=mesh["dp"] '
     "keeps them together"
 )
-CLAIM = (
-    "In 4 real gloo processes arranged as a 2 x 2 DeviceMesh on CPU (data-parallel x "
-    "tensor-parallel), DistributedSampler built with the defaults shards over all 4 "
-    "processes, so the two members of every tensor-parallel group read different samples; "
-    'built with group=mesh["dp"] (seed 0 or seed=None) it shards over the 2 data-parallel '
-    "ranks and the members of each tensor-parallel group read the same samples. "
-    'check_consistent(replicas=mesh["tp"]) raises on every process for the defaults and on '
-    'none with group=mesh["dp"]; check_consistent() alone passes the defaults. A state saved '
-    "part-way through an epoch on the 2 x 2 mesh and loaded on a 1 x 2 mesh finishes that "
-    'epoch (tail "uneven") with every sample read exactly once per tensor-parallel rank.'
-)
 GUARDED_BY = "tests/test_groups_processes.py::test_mesh_sharding_finding_holds"
 SLOW = True
 
@@ -180,6 +169,41 @@ def _raised(checked: pd.DataFrame, variant: str, call: str) -> str:
     return f"raises on {where}{same}"
 
 
+def _outcome(covered: pd.DataFrame, dataset_size: int) -> str:
+    """What each tensor-parallel rank read over the resumed epoch, from :func:`coverage`."""
+    if (covered["read once"] == dataset_size).all():
+        return f"reads every one of the {dataset_size} samples exactly once that epoch"
+    return (
+        f"reads at least {covered['read once'].min()} of the {dataset_size} samples "
+        f"once, up to {covered['read more than once'].max()} more than once, and misses up "
+        f"to {covered['never read'].max()}"
+    )
+
+
+def claim(
+    run: MeshRun, table: pd.DataFrame, checked: pd.DataFrame, resumed_table: pd.DataFrame
+) -> str:
+    """The claim, every number and quantifier read from the tables."""
+    defaults_name, sharded_name, agreed_name = VARIANTS
+    defaults, sharded, agreed = (_row(table, name) for name in VARIANTS)
+    with_replicas = list(CALLS)[1]
+    processes = run.mesh[0] * run.mesh[1]
+    return (
+        f"In {processes} real gloo processes arranged as a {run.mesh[0]} x {run.mesh[1]} "
+        "DeviceMesh on CPU (data-parallel x tensor-parallel), DistributedSampler built with "
+        f"the {defaults_name} shards over {defaults['num_replicas']} ranks, and the members "
+        f"read different samples {_differing(defaults)}; built with {sharded_name} it shards "
+        f"over {sharded['num_replicas']} ranks, and they read different samples "
+        f"{_differing(sharded)} ({_differing(agreed)} with {agreed_name.split(', ')[1]}). "
+        f"{with_replicas} {_raised(checked, defaults_name, with_replicas)} for the defaults "
+        f"and {_raised(checked, sharded_name, with_replicas)} with "
+        f"{sharded_name}. A state saved part-way through an epoch on the {run.mesh[0]} x "
+        f"{run.mesh[1]} mesh and loaded on a {run.resumed_mesh[0]} x {run.resumed_mesh[1]} "
+        f'mesh (tail "{RESUME_TAIL}"): each tensor-parallel rank '
+        f"{_outcome(coverage(resumed_table, run.dataset_size), run.dataset_size)}."
+    )
+
+
 def describe(
     run: MeshRun, table: pd.DataFrame, checked: pd.DataFrame, resumed_table: pd.DataFrame
 ) -> str:
@@ -193,14 +217,7 @@ def describe(
     before = resumed_table[resumed_table["phase"] == PHASES["saved"]]
     after = resumed_table[resumed_table["phase"] == PHASES["resumed"]]
     job = sorted({str(value) for value in table["distinct samples the job reads, per epoch"]})
-    if (covered["read once"] == run.dataset_size).all():
-        outcome = f"reads every one of the {run.dataset_size} samples exactly once that epoch"
-    else:
-        outcome = (
-            f"reads at least {covered['read once'].min()} of the {run.dataset_size} samples "
-            f"once, up to {covered['read more than once'].max()} more than once, and misses up "
-            f"to {covered['never read'].max()}"
-        )
+    outcome = _outcome(covered, run.dataset_size)
     peers = "the same samples" if peers_agree(resumed_table) else "not always the same samples"
     passes = _raised(checked, defaults_name, alone)
     why = ""
@@ -253,6 +270,7 @@ def evidence(measured: Measured) -> Evidence:
         f"{run.batch_size}, {run.epochs} epochs with set_epoch."
     )
     return Evidence(
+        claim=claim(run, table, checked, resumed_table),
         prose=describe(run, table, checked, resumed_table),
         tables=(
             Table("What the members of each tensor-parallel group read", table, note=note),
