@@ -358,10 +358,16 @@ class FeistelPermutation:
             left, right = low_half, high_half
         else:
             left, right = high_half, low_half
-        tables = self._high_bits <= _TABLE_BITS
+        # A table pays for itself once the tensor holds as many values as it has entries;
+        # fewer values (small datasets, the tail of a walk) are mixed directly.
+        tables = (
+            isinstance(x, torch.Tensor)
+            and self._high_bits <= _TABLE_BITS
+            and x.numel() >= 1 << self._high_bits
+        )
         for key, right_bits, left_bits in self._rounds(inverse):
             mixed: _Word
-            if tables and isinstance(right, torch.Tensor):
+            if tables:
                 mixed = self._table(key, right_bits, left_bits).index_select(0, right)
             else:
                 mixed = _round_function(key, right)

@@ -186,7 +186,10 @@ def _seeded(sampler: Any, key: int) -> Iterator[None]:
     saved = sampler.generator if has_generator else None
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(key)
+            # The CPU generator alone: fork_rng restores only it, and torch.manual_seed
+            # would also queue a seed for every accelerator (CUDA, XPU, MTIA) that is
+            # not restored, each call recording its stack (the cost of a small epoch).
+            torch.random.default_generator.manual_seed(key)
             random.seed(key)
             if numpy is not None:
                 numpy.random.seed(key % 2**32)
