@@ -367,7 +367,7 @@ class FeistelPermutation:
         )
         for key, right_bits, left_bits in self._rounds(inverse):
             mixed: _Word
-            if tables:
+            if tables and isinstance(right, torch.Tensor):
                 mixed = self._table(key, right_bits, left_bits).index_select(0, right)
             else:
                 mixed = _round_function(key, right)

@@ -189,7 +189,7 @@ def _seeded(sampler: Any, key: int) -> Iterator[None]:
             # The CPU generator alone: fork_rng restores only it, and torch.manual_seed
             # would also queue a seed for every accelerator (CUDA, XPU, MTIA) that is
             # not restored, each call recording its stack (the cost of a small epoch).
-            torch.random.default_generator.manual_seed(key)
+            torch.default_generator.manual_seed(key)
             random.seed(key)
             if numpy is not None:
                 numpy.random.seed(key % 2**32)
