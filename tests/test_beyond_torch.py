@@ -384,6 +384,21 @@ def test_wrapper_leaves_the_callers_rng_alone_and_reshuffles_by_epoch() -> None:
     assert first != second and sorted(first) == sorted(second) == list(range(100))
 
 
+def test_wrapper_leaves_the_accelerators_queued_seeds_alone() -> None:
+    """Seeding the wrapped sampler touches the CPU generator only: torch.manual_seed
+    would queue a seed for CUDA (applied when CUDA starts) that fork_rng never restores."""
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is initialised: seeds are applied at once, not queued")
+    tracker = torch.cuda._lazy_seed_tracker
+    torch.manual_seed(7)  # the caller's seed, queued for CUDA
+    queued = list(tracker.get_calls())
+    wrapper = DistributedSamplerWrapper(RandomSampler(range(10)), 2, 0, seed=1)
+    for epoch in range(2):
+        wrapper.set_epoch(epoch)
+        list(wrapper)
+    assert tracker.get_calls() == queued
+
+
 def test_wrapper_passes_set_epoch_on_and_checks_what_it_wraps() -> None:
     inner = RecordingSampler(range(6))
     wrapper = DistributedSamplerWrapper(inner, 2, 1, tail="uneven")

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import kit_samplers
@@ -114,6 +115,22 @@ def test_the_kit_searches_the_boundaries(factory: kit.Factory, guarantee: str, s
     assert result.holds is False, result
     assert result.counterexample is not None
     assert said in result.counterexample["what"] + result.experience, result
+
+
+class _Warning(DistributedSampler):  # type: ignore[type-arg]
+    """Our sampler, warning every time it is iterated."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        warnings.warn("a warning of the sampler's own", UserWarning, stacklevel=2)
+        return super().__iter__()
+
+
+def test_the_kit_keeps_a_samplers_warnings_quiet_and_judges_what_it_yields() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = kit.check_guarantee(_Warning, "len-matches-iteration")
+    assert result.holds is True, result
+    assert [str(warning.message) for warning in caught] == []
 
 
 def test_a_rank_whose_state_differs_is_named() -> None:

@@ -232,6 +232,7 @@ def check_guarantee(
     search stops with :class:`TimedOut`. ``fresh``: what fresh processes yielded, by
     factory reference (:func:`~samplers.testing.factories.fresh_outputs`), for the
     ``deterministic`` guarantee; a factory missing from it gets a fresh process of its own.
+    The sampler's own warnings are silenced while the search runs: they are not judged.
     """
     if guarantee not in CHECKS:
         raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")

@@ -194,7 +194,7 @@ def claim(
         f"the {defaults_name} shards over {defaults['num_replicas']} ranks, and the members "
         f"read different samples {_differing(defaults)}; built with {sharded_name} it shards "
         f"over {sharded['num_replicas']} ranks, and they read different samples "
-        f"{_differing(sharded)} ({_differing(agreed)} with {agreed_name.split(', ')[1]}). "
+        f"{_differing(sharded)} ({_differing(agreed)} with seed={VARIANTS[agreed_name][1]}). "
         f"{with_replicas} {_raised(checked, defaults_name, with_replicas)} for the defaults "
         f"and {_raised(checked, sharded_name, with_replicas)} with "
         f"{sharded_name}. A state saved part-way through an epoch on the {run.mesh[0]} x "
