@@ -195,8 +195,8 @@ class FeistelPermutation:
     and torch version. Memory is O(1) in ``size``: only the positions asked for are
     computed, each in O(1) expected time (``ROUNDS`` rounds, fewer than two cycle-walking
     steps on average). Up to ``size = 2**32`` the tensor path reads the round function
-    from a table per round (at most 2**16 int64 entries each, 4 MB for all eight), built
-    on first use.
+    from a table per round (at most 2**16 entries each: int32 below ``2**31``, 2 MB for
+    all eight; int64 above, 4 MB), built on first use.
 
     Args:
         size: the number of elements ``N``, an integer in ``[0, 2**63]``.
@@ -220,6 +220,8 @@ class FeistelPermutation:
         self._low_bits = bits // 2
         # With size a power of two there is nothing to walk (and 2**63 fits no int64).
         self._walks = size > 1 and size != 1 << bits
+        # The tables' dtype: int32 holds every value of a domain below 2**31.
+        self._table_dtype = torch.int32 if bits <= 31 else torch.int64
 
     def __repr__(self) -> str:
         return f"FeistelPermutation(size={self.size}, seed={self.seed}, epoch={self.epoch})"
@@ -262,6 +264,8 @@ class FeistelPermutation:
             raise TypeError(f"{name} must be an integer tensor, got dtype {values.dtype}")
         flat = values.reshape(-1)
         result = torch.empty(flat.shape, dtype=torch.int64, device=flat.device)
+        if self._high_bits <= _TABLE_BITS and flat.numel() >= 1 << self._high_bits:
+            self._round_tables(inverse=False)  # worth it for the whole call, not one block
         for start in range(0, flat.numel(), _BLOCK):
             block = flat[start : start + _BLOCK].to(torch.int64)
             smallest, largest = int(block.min()), int(block.max())
@@ -300,11 +304,14 @@ class FeistelPermutation:
                 result.index_copy_(0, slots, stepped)
                 still.append(slots.masked_select(stepped >= size))
             pending = torch.cat(still)
-        for slot in pending.tolist():
-            value = step(int(result[slot]))
-            while value >= size:
+        if pending.numel():
+            walked = []
+            for value in result.index_select(0, pending).tolist():
                 value = step(value)
-            result[slot] = value
+                while value >= size:
+                    value = step(value)
+                walked.append(value)
+            result.index_copy_(0, pending, torch.tensor(walked, dtype=torch.int64))
 
     def _encrypt(self, x: _Word) -> _Word:
         """``E`` of the specification on ``[0, 2**n)``, for an int or each tensor element."""
@@ -329,52 +336,73 @@ class FeistelPermutation:
             left_bits = bits - left_bits
         return rounds
 
-    def _table(self, key: int, right_bits: int, left_bits: int) -> torch.Tensor:
-        """``F(key, x) & mask(left_bits)`` for every ``x < 2**right_bits``, as int64."""
-        found = self._tables.get((key, right_bits, left_bits))
-        if found is None:
-            inputs = torch.arange(1 << right_bits, dtype=torch.int64)
-            found = torch.cat(
-                [
-                    _round_function(key, inputs[start : start + _BLOCK])
-                    for start in range(0, inputs.numel(), _BLOCK)
-                ]
-            )
-            found &= (1 << left_bits) - 1
-            self._tables[(key, right_bits, left_bits)] = found
-        return found
+    def _round_tables(self, inverse: bool) -> list[torch.Tensor]:
+        """Each round's table, ``F(key, x) & mask(left_bits)`` for every ``x < 2**right_bits``.
+
+        Built on first use, in the dtype of :meth:`_tabled_network`'s halves. The forward
+        and inverse networks use the same eight ``(key, widths)`` rounds, so they share
+        their tables.
+        """
+        dtype = self._table_dtype
+        tables = []
+        for key, right_bits, left_bits in self._rounds(inverse):
+            found = self._tables.get((key, right_bits, left_bits))
+            if found is None:
+                inputs = torch.arange(1 << right_bits, dtype=torch.int64)
+                found = torch.cat(
+                    [
+                        _round_function(key, inputs[start : start + _BLOCK])
+                        for start in range(0, inputs.numel(), _BLOCK)
+                    ]
+                )
+                found &= (1 << left_bits) - 1
+                found = found.to(dtype)
+                self._tables[(key, right_bits, left_bits)] = found
+            tables.append(found)
+        return tables
 
     def _network(self, x: _Word, *, inverse: bool) -> _Word:
         """The Feistel rounds (see :meth:`_rounds`), on an int or each tensor element.
 
-        On a tensor whose halves are at most :data:`_TABLE_BITS` wide (domains up to
-        2**32) each round reads ``F`` from a table of its key (:meth:`_table`, 2**16
-        entries at most): the same values, two tensor operations per round instead of
-        thirteen.
+        A tensor is mixed from tables (:meth:`_tabled_network`) when its halves are at
+        most :data:`_TABLE_BITS` wide (domains up to 2**32) and either the tables exist or
+        the tensor holds at least as many values as a table has entries (building them
+        then pays for itself); otherwise each round computes ``F`` directly.
         """
-        low = self._low_bits
-        high_half, low_half = x >> low, x & ((1 << low) - 1)
-        if inverse:
-            left, right = low_half, high_half
-        else:
-            left, right = high_half, low_half
-        # A table pays for itself once the tensor holds as many values as it has entries;
-        # fewer values (small datasets, the tail of a walk) are mixed directly.
-        tables = (
+        if (
             isinstance(x, torch.Tensor)
             and self._high_bits <= _TABLE_BITS
-            and x.numel() >= 1 << self._high_bits
-        )
-        for key, right_bits, left_bits in self._rounds(inverse):
-            mixed: _Word
-            if tables and isinstance(right, torch.Tensor):
-                mixed = self._table(key, right_bits, left_bits).index_select(0, right)
-            else:
-                mixed = _round_function(key, right)
-                mixed &= (1 << left_bits) - 1
+            and (self._tables or x.numel() >= 1 << self._high_bits)
+        ):
+            return self._tabled_network(x, inverse)
+        low = self._low_bits
+        high_half, low_half = x >> low, x & ((1 << low) - 1)
+        left, right = (low_half, high_half) if inverse else (high_half, low_half)
+        for key, _, left_bits in self._rounds(inverse):
+            mixed = _round_function(key, right)
+            mixed &= (1 << left_bits) - 1
             mixed ^= left
             left, right = right, mixed
         high_half, low_half = (right, left) if inverse else (left, right)
         high_half <<= low
         high_half |= low_half
         return high_half
+
+    def _tabled_network(self, x: torch.Tensor, inverse: bool) -> torch.Tensor:
+        """The rounds of :meth:`_network` on a tensor, each reading ``F`` from its table:
+        the same values, two tensor operations per round instead of thirteen. Below
+        2**31 the halves are int32 (every value fits), which makes each operation
+        lighter; the result is int64."""
+        tables = self._round_tables(inverse)
+        low = self._low_bits
+        x = x.to(self._table_dtype)
+        high_half, low_half = x >> low, x & ((1 << low) - 1)
+        left, right = (low_half, high_half) if inverse else (high_half, low_half)
+        for table in tables:
+            mixed = table.index_select(0, right)
+            mixed ^= left
+            left, right = right, mixed
+        high_half, low_half = (right, left) if inverse else (left, right)
+        high_half <<= low
+        high_half |= low_half
+        return high_half.to(torch.int64)

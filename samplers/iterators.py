@@ -31,11 +31,12 @@ __all__ = ["CHUNK", "BatchIterator", "Progress", "ShareIterator"]
 #: How many indices of a held share are turned into Python ints at a time.
 CHUNK = 1 << 16
 #: Chunks computed on demand (the feistel and identity orders) start at FIRST_CHUNK
-#: positions, so the first index comes at once, and double up to COMPUTED_CHUNK: below
-#: torch's 32768-element threshold for intra-op parallelism, whose start-up on busy
-#: cores costs more than the work. A feistel order's chunks grow to FEISTEL_CHUNK: it
-#: evaluates them ``_BLOCK`` positions at a time anyway, and walks the cycles of a whole
-#: chunk together, which costs far fewer steps than walking each block on its own.
+#: positions, so the first index comes at once. An identity order's chunks then double
+#: up to COMPUTED_CHUNK: below torch's 32768-element threshold for intra-op parallelism,
+#: whose start-up on busy cores costs more than the work. A feistel order's second chunk
+#: is already FEISTEL_CHUNK: it evaluates a chunk ``_BLOCK`` positions at a time anyway,
+#: and each chunk pays a fixed cost for walking its cycles (a dozen passes of tensor
+#: operations whatever its length), so fewer, larger chunks cost less.
 FIRST_CHUNK = 1 << 10
 COMPUTED_CHUNK = (1 << 15) - 1
 FEISTEL_CHUNK = (1 << 18) - 1
@@ -185,8 +186,10 @@ class ShareIterator(Progress[int], itertools.chain[int]):
         if plan.layout.batched:
             raise TypeError("ShareIterator needs a plan with an index layout")
         self._share = plan.rank_share(self.rank)
-        self._step = FIRST_CHUNK // 2  # chunk size computed on demand, doubling
-        self._largest = FEISTEL_CHUNK if isinstance(plan.order, FeistelOrder) else COMPUTED_CHUNK
+        feistel = isinstance(plan.order, FeistelOrder)
+        self._length = FIRST_CHUNK  # the next chunk's length, when computed on demand
+        self._largest = FEISTEL_CHUNK if feistel else COMPUTED_CHUNK
+        self._growth = FEISTEL_CHUNK if feistel else 2
         # Keep the settings, not a drawn order: the share holds what is still needed.
         return plan if self._share is None else plan.undrawn()
 
@@ -197,8 +200,8 @@ class ShareIterator(Progress[int], itertools.chain[int]):
             end = min(start + CHUNK, self.count)
             held: list[int] = self._share[start:end].tolist()
             return held, end
-        self._step = min(self._step * 2, self._largest)
-        end = min(start + self._step, self.count)
+        end = min(start + self._length, self.count)
+        self._length = min(self._length * self._growth, self._largest)
         computed: list[int] = self._plan.rank_indices(self.rank, start, end).tolist()
         return computed, end
 

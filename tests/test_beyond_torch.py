@@ -4,6 +4,7 @@ size and batch size (hypothesis), plus the edge cases the docstrings promise."""
 
 from __future__ import annotations
 
+import pickle
 import random
 import warnings
 from collections import Counter
@@ -32,6 +33,7 @@ from samplers import (
     unshard,
 )
 from samplers.consistency import compare_settings
+from samplers.iterators import FEISTEL_CHUNK, FIRST_CHUNK
 from samplers.plan import PERMUTATIONS, TAILS, EpochPlan
 
 tails = st.sampled_from(TAILS)
@@ -121,6 +123,30 @@ def test_feistel_order_is_a_permutation_laid_out_like_randperm(
     assert received == [
         [order[p] for p in stock_layout.rank_indices(rank).tolist()] for rank in range(world)
     ]
+
+
+def test_a_feistel_share_is_computed_in_few_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first chunk is small, so the first index comes at once; every later one is
+    FEISTEL_CHUNK positions, as each chunk pays a fixed cost for walking its cycles. A
+    copy pickled inside the second chunk yields exactly the rest."""
+    size = FIRST_CHUNK + FEISTEL_CHUNK + 1000
+    calls: list[tuple[int, int | None]] = []
+    original = EpochPlan.rank_indices
+
+    def recording(plan: EpochPlan, rank: int, lo: int = 0, hi: int | None = None) -> Any:
+        calls.append((lo, hi))
+        return original(plan, rank, lo, hi)
+
+    monkeypatch.setattr(EpochPlan, "rank_indices", recording)
+    iterator = iter(DistributedSampler(range(size), 1, 0, seed=3, permutation="feistel"))
+    head = list(islice(iterator, FIRST_CHUNK + 5))
+    copy = pickle.loads(pickle.dumps(iterator))
+    rest = list(iterator)
+    second = FIRST_CHUNK + FEISTEL_CHUNK
+    assert calls[:3] == [(0, FIRST_CHUNK), (FIRST_CHUNK, second), (second, size)]
+    plan = EpochPlan.of(size, 1, shuffle=True, seed=3, epoch=0, permutation="feistel")
+    assert head + rest == plan.order.materialise().tolist()
+    assert list(copy) == rest
 
 
 @given(dataset_sizes(2_000), worlds, seeds, st.booleans())

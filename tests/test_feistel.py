@@ -112,6 +112,27 @@ def test_at_equals_the_tensor_path(case: tuple[int, list[int]], seed: int, epoch
     assert perm.inverse(indices).tolist() == positions
 
 
+@pytest.mark.parametrize("size", [1000, 100_000, 2**31 - 1, 2**31 + 1, 2**32 - 5])
+def test_tables_built_by_a_large_call_serve_small_calls_and_the_inverse(size: int) -> None:
+    """A call with at least a table's worth of values builds the round tables (int32 halves
+    below 2**31, int64 at and above); from then on every tensor, however small, and the
+    inverse read them. Each path must agree with the pure-Python one."""
+    perm = FeistelPermutation(size, 9, 4)
+    few = torch.tensor([0, 1, size // 3, size - 2, size - 1])
+    expected = [perm.at(int(p)) for p in few]
+    assert perm(few).tolist() == expected  # too few values: mixed directly, no table
+    assert not perm._tables
+    many = torch.arange(max(0, size - (1 << 16)), size)  # a table has 2**16 entries at most
+    through_tables = perm(many)
+    assert perm._tables
+    assert through_tables[-2:].tolist() == expected[-2:]
+    sample = through_tables[:: 1 << 12].tolist()
+    assert sample == [perm.at(int(p)) for p in many[:: 1 << 12]]
+    assert perm(few).tolist() == expected  # small, now through the tables
+    assert perm.inverse(torch.tensor(expected)).tolist() == few.tolist()
+    assert torch.equal(perm.inverse(through_tables), many)
+
+
 @pytest.mark.parametrize("size", [3, 37, 1000, 4097])
 def test_at_equals_the_tensor_path_at_every_position(size: int) -> None:
     perm = FeistelPermutation(size, 11, 12)
