@@ -109,6 +109,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -116,7 +117,7 @@ import torch
 
 from samplers import checks
 
-__all__ = ["MAX_SIZE", "ROUNDS", "FeistelPermutation", "round_keys"]
+__all__ = ["MAX_SIZE", "ROUNDS", "WHOLE_BITS", "FeistelPermutation", "round_keys"]
 
 #: The largest supported size: every position and index then fits an int64.
 MAX_SIZE = 1 << 63
@@ -139,9 +140,18 @@ _PYTHON_TAIL = 32
 _BLOCK = (1 << 15) - 1
 #: Halves at most this wide evaluate ``F`` from per-round tables (see ``_network``).
 _TABLE_BITS = 16
+#: Domains of at most ``2**WHOLE_BITS`` values can be walked whole (``_walked``): a call
+#: for at least half of such a domain is, and so is :meth:`FeistelPermutation.table`.
+#: The temporaries are two int32 tensors of the domain's size (8 MB at most).
+WHOLE_BITS = 20
 
 #: A Python int or an int64 tensor: the round code below serves both unchanged.
 _Word = TypeVar("_Word", int, torch.Tensor)
+
+
+def _blockwise(length: int, part: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """``part(lo, hi)`` over ``[0, length)`` in ranges of at most ``_BLOCK``, concatenated."""
+    return torch.cat([part(lo, min(lo + _BLOCK, length)) for lo in range(0, length, _BLOCK)])
 
 
 def _mix64(z: int) -> int:
@@ -222,6 +232,8 @@ class FeistelPermutation:
         self._walks = size > 1 and size != 1 << bits
         # The tables' dtype: int32 holds every value of a domain below 2**31.
         self._table_dtype = torch.int32 if bits <= 31 else torch.int64
+        # The whole permutation once :meth:`table` has computed it (key: inverse?).
+        self._kept: dict[bool, torch.Tensor] = {}
 
     def __repr__(self) -> str:
         return f"FeistelPermutation(size={self.size}, seed={self.seed}, epoch={self.epoch})"
@@ -246,14 +258,41 @@ class FeistelPermutation:
         Returns an int64 tensor of the same shape; raises ``ValueError`` if a position is
         outside ``[0, size)``.
         """
-        return self._map("positions", positions, self._encrypt)
+        return self._map("positions", positions, inverse=False)
 
     def inverse(self, indices: torch.Tensor) -> torch.Tensor:
         """The position that holds each of ``indices``: ``perm.inverse(perm(p)) == p``."""
-        return self._map("indices", indices, self._decrypt)
+        return self._map("indices", indices, inverse=True)
 
-    def _map(self, name: str, values: Any, step: Callable[[Any], Any]) -> torch.Tensor:
-        """``step``, cycle-walked, on every element of ``values``, ``_BLOCK`` at a time.
+    def whole_pays(self, count: int) -> bool:
+        """Whether ``count`` positions cost less computed together with the rest of the
+        domain, walked whole (:meth:`_walked`): at least half of a domain of at most
+        ``2**WHOLE_BITS`` values."""
+        bits = self._low_bits + self._high_bits
+        return bits <= WHOLE_BITS and 2 * count >= 1 << bits
+
+    def table(self) -> torch.Tensor:
+        """The whole permutation, ``perm(p)`` for every ``p`` in ``range(size)``, computed
+        once and kept: int32 below ``2**31`` values, else int64. Later calls of
+        ``perm(...)`` read it. Memory is O(size): for a caller that takes most of the
+        order anyway (see :meth:`whole_pays`)."""
+        kept = self._kept.get(False)
+        if kept is None:
+            if self._walks and self.whole_pays(self.size):
+                kept = self._walked(inverse=False)
+            else:
+                kept = self(torch.arange(self.size)).to(self._table_dtype)
+            self._kept[False] = kept
+        return kept
+
+    def _map(self, name: str, values: Any, *, inverse: bool) -> torch.Tensor:
+        """The network (or its inverse), cycle-walked, on every element of ``values``.
+
+        Elements are mapped ``_BLOCK`` at a time, then the values still ``>= size`` are
+        walked together (:meth:`_walk`). A call for at least half of a small domain
+        (:meth:`whole_pays`) instead looks every value up in the whole domain walked at
+        once (:meth:`_walked`), which costs less than searching for the values still
+        walking; so does every call once :meth:`table` has kept the permutation.
 
         Raises ``TypeError`` unless ``values`` is an integer tensor and ``ValueError``
         (naming ``name`` and the value) if an element is outside ``[0, size)``.
@@ -265,7 +304,11 @@ class FeistelPermutation:
         flat = values.reshape(-1)
         result = torch.empty(flat.shape, dtype=torch.int64, device=flat.device)
         if self._high_bits <= _TABLE_BITS and flat.numel() >= 1 << self._high_bits:
-            self._round_tables(inverse=False)  # worth it for the whole call, not one block
+            self._round_tables(inverse)  # worth it for the whole call, not one block
+        step = functools.partial(self._network, inverse=inverse)
+        walked = self._kept.get(inverse)
+        if walked is None and self._walks and self.whole_pays(flat.numel()):
+            walked = self._walked(inverse)
         for start in range(0, flat.numel(), _BLOCK):
             block = flat[start : start + _BLOCK].to(torch.int64)
             smallest, largest = int(block.min()), int(block.max())
@@ -274,10 +317,51 @@ class FeistelPermutation:
                 raise ValueError(
                     f"{name} must be in [0, {self.size}) for size={self.size}, got {bad}"
                 )
-            result[start : start + _BLOCK] = step(block) if self.size > 1 else block
-        if self._walks:
+            if walked is not None:
+                result[start : start + _BLOCK] = walked.index_select(0, block)
+            else:
+                result[start : start + _BLOCK] = step(block) if self.size > 1 else block
+        if self._walks and walked is None:
             self._walk(result, step)
         return result.reshape(values.shape)
+
+    def _walked(self, inverse: bool) -> torch.Tensor:
+        """The cycle-walked network at every value of ``[0, size)``, in the tables' dtype.
+
+        The network runs once over the whole domain ``[0, 2**n)`` (its *image*); a walk
+        that reaches ``v >= size`` goes on to ``image[v]``, so the end of every walk
+        through ``[size, 2**n)`` is found by stepping through the image, with no network
+        evaluation; each value then looks its end up. Values above ``size`` that lie on a
+        cycle that never goes below ``size`` are no walk's continuation: they are left as
+        they are once stepping no longer resolves any value.
+        """
+        size, bits = self.size, self._low_bits + self._high_bits
+        domain, dtype = 1 << bits, self._table_dtype
+        image = torch.empty(domain, dtype=dtype)
+        for lo in range(0, domain, _BLOCK):
+            hi = min(lo + _BLOCK, domain)
+            image[lo:hi] = self._tabled_network(torch.arange(lo, hi, dtype=dtype), inverse)
+        # lookup[v]: where a walk that reaches v ends: v itself below size; above, found
+        # by stepping each pending value through the image.
+        lookup = torch.empty(domain, dtype=dtype)
+        torch.arange(size, dtype=dtype, out=lookup[:size])
+        ends = lookup[size:]
+        ends.copy_(image[size:])
+        pending = _blockwise(
+            ends.numel(), lambda lo, hi: (ends[lo:hi] >= size).nonzero().reshape(-1) + lo
+        )
+        while pending.numel():
+            stepped = image.index_select(0, ends.index_select(0, pending))
+            ends.index_copy_(0, pending, stepped)
+            still = pending.masked_select(stepped >= size)
+            if still.numel() == pending.numel():
+                break  # only cycles above size are left
+            pending = still
+        walked = image[:size]
+        for lo in range(0, size, _BLOCK):
+            hi = min(lo + _BLOCK, size)
+            walked[lo:hi] = lookup.index_select(0, walked[lo:hi])
+        return walked
 
     def _walk(self, result: torch.Tensor, step: Callable[[Any], Any]) -> None:
         """Apply ``step`` again, in place, to the values still ``>= size``, until none is.
@@ -339,27 +423,29 @@ class FeistelPermutation:
     def _round_tables(self, inverse: bool) -> list[torch.Tensor]:
         """Each round's table, ``F(key, x) & mask(left_bits)`` for every ``x < 2**right_bits``.
 
-        Built on first use, in the dtype of :meth:`_tabled_network`'s halves. The forward
-        and inverse networks use the same eight ``(key, widths)`` rounds, so they share
-        their tables.
+        Built on first use, in the dtype of :meth:`_tabled_network`'s halves, all rounds
+        together (``F(key, x)`` is ``F(0, x ^ key)``: one pass of the round function over
+        a keys x inputs grid). The forward and inverse networks use the same eight
+        ``(key, widths)`` rounds, so they share their tables.
         """
-        dtype = self._table_dtype
-        tables = []
-        for key, right_bits, left_bits in self._rounds(inverse):
-            found = self._tables.get((key, right_bits, left_bits))
-            if found is None:
-                inputs = torch.arange(1 << right_bits, dtype=torch.int64)
-                found = torch.cat(
-                    [
-                        _round_function(key, inputs[start : start + _BLOCK])
-                        for start in range(0, inputs.numel(), _BLOCK)
-                    ]
-                )
-                found &= (1 << left_bits) - 1
-                found = found.to(dtype)
-                self._tables[(key, right_bits, left_bits)] = found
-            tables.append(found)
-        return tables
+        rounds = self._rounds(inverse)
+        missing = [spec for spec in rounds if spec not in self._tables]
+        if missing:
+            keys = torch.tensor([key for key, _, _ in missing], dtype=torch.int64)[:, None]
+            width = 1 << max(right_bits for _, right_bits, _ in missing)
+            step = max(1, _BLOCK // len(missing))  # a grid block stays below _BLOCK
+            grid = torch.cat(
+                [
+                    _round_function(0, keys ^ torch.arange(lo, min(lo + step, width)))
+                    for lo in range(0, width, step)
+                ],
+                dim=1,
+            )
+            for row, spec in zip(grid, missing, strict=True):
+                _, right_bits, left_bits = spec
+                table = row[: 1 << right_bits] & ((1 << left_bits) - 1)
+                self._tables[spec] = table.to(self._table_dtype)
+        return [self._tables[spec] for spec in rounds]
 
     def _network(self, x: _Word, *, inverse: bool) -> _Word:
         """The Feistel rounds (see :meth:`_rounds`), on an int or each tensor element.
@@ -374,7 +460,7 @@ class FeistelPermutation:
             and self._high_bits <= _TABLE_BITS
             and (self._tables or x.numel() >= 1 << self._high_bits)
         ):
-            return self._tabled_network(x, inverse)
+            return self._tabled_network(x, inverse).to(torch.int64)
         low = self._low_bits
         high_half, low_half = x >> low, x & ((1 << low) - 1)
         left, right = (low_half, high_half) if inverse else (high_half, low_half)
@@ -392,7 +478,7 @@ class FeistelPermutation:
         """The rounds of :meth:`_network` on a tensor, each reading ``F`` from its table:
         the same values, two tensor operations per round instead of thirteen. Below
         2**31 the halves are int32 (every value fits), which makes each operation
-        lighter; the result is int64."""
+        lighter; the result is in the halves' dtype."""
         tables = self._round_tables(inverse)
         low = self._low_bits
         x = x.to(self._table_dtype)
@@ -405,4 +491,4 @@ class FeistelPermutation:
         high_half, low_half = (right, left) if inverse else (left, right)
         high_half <<= low
         high_half |= low_half
-        return high_half.to(torch.int64)
+        return high_half

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK", "BatchIterator", "Progress", "ShareIterator"]
 
-#: How many indices of a held share are turned into Python ints at a time.
+#: How many indices of a held share are turned into Python ints at a time (after a first
+#: chunk of FIRST_CHUNK, so the first index comes at once).
 CHUNK = 1 << 16
 #: Chunks computed on demand (the feistel and identity orders) start at FIRST_CHUNK
 #: positions, so the first index comes at once. An identity order's chunks then double
@@ -178,30 +179,35 @@ class ShareIterator(Progress[int], itertools.chain[int]):
     in ``iter()``). A drawn permutation is then cut down to this rank's share
     (:meth:`EpochPlan.rank_share`), so the rest of the order is freed: the iterator holds
     ``N / W`` indices, in int32 below 2**31 samples. An order computed position by
-    position (unshuffled, or feistel) is never materialised: each chunk is computed from
-    its positions, so any dataset size runs in constant memory.
+    position (unshuffled, or feistel) is not materialised: each chunk is computed from
+    its positions, so any dataset size runs in constant memory. The exception is a
+    feistel order of at most ``2**WHOLE_BITS`` samples of which this rank takes at least
+    half (one or two ranks): it is held, as the whole order costs less to compute at once
+    (:meth:`FeistelOrder.held`).
     """
 
     def _prepare(self, plan: EpochPlan) -> EpochPlan:
         if plan.layout.batched:
             raise TypeError("ShareIterator needs a plan with an index layout")
         self._share = plan.rank_share(self.rank)
-        feistel = isinstance(plan.order, FeistelOrder)
-        self._length = FIRST_CHUNK  # the next chunk's length, when computed on demand
-        self._largest = FEISTEL_CHUNK if feistel else COMPUTED_CHUNK
-        self._growth = FEISTEL_CHUNK if feistel else 2
+        self._length = FIRST_CHUNK  # the next chunk's length
+        if self._share is not None:
+            self._largest = self._growth = CHUNK
+        elif isinstance(plan.order, FeistelOrder):
+            self._largest = self._growth = FEISTEL_CHUNK
+        else:
+            self._largest, self._growth = COMPUTED_CHUNK, 2
         # Keep the settings, not a drawn order: the share holds what is still needed.
         return plan if self._share is None else plan.undrawn()
 
     def _chunk(self, start: int) -> tuple[list[int], int]:
         if start >= self.count:
             return [], start
-        if self._share is not None:
-            end = min(start + CHUNK, self.count)
-            held: list[int] = self._share[start:end].tolist()
-            return held, end
         end = min(start + self._length, self.count)
         self._length = min(self._length * self._growth, self._largest)
+        if self._share is not None:
+            held: list[int] = self._share[start:end].tolist()
+            return held, end
         computed: list[int] = self._plan.rank_indices(self.rank, start, end).tolist()
         return computed, end
 

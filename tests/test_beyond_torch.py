@@ -126,10 +126,11 @@ def test_feistel_order_is_a_permutation_laid_out_like_randperm(
 
 
 def test_a_feistel_share_is_computed_in_few_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first chunk is small, so the first index comes at once; every later one is
-    FEISTEL_CHUNK positions, as each chunk pays a fixed cost for walking its cycles. A
-    copy pickled inside the second chunk yields exactly the rest."""
-    size = FIRST_CHUNK + FEISTEL_CHUNK + 1000
+    """A rank taking less than half of the order computes its share in chunks: the first
+    small, so the first index comes at once, every later one FEISTEL_CHUNK positions, as
+    each chunk pays a fixed cost for walking its cycles. A copy pickled inside the second
+    chunk yields exactly the rest."""
+    share = FIRST_CHUNK + FEISTEL_CHUNK + 1000
     calls: list[tuple[int, int | None]] = []
     original = EpochPlan.rank_indices
 
@@ -138,14 +139,40 @@ def test_a_feistel_share_is_computed_in_few_chunks(monkeypatch: pytest.MonkeyPat
         return original(plan, rank, lo, hi)
 
     monkeypatch.setattr(EpochPlan, "rank_indices", recording)
-    iterator = iter(DistributedSampler(range(size), 1, 0, seed=3, permutation="feistel"))
+    sampler = DistributedSampler(range(3 * share), 3, 1, seed=3, permutation="feistel")
+    iterator = iter(sampler)
     head = list(islice(iterator, FIRST_CHUNK + 5))
     copy = pickle.loads(pickle.dumps(iterator))
     rest = list(iterator)
     second = FIRST_CHUNK + FEISTEL_CHUNK
-    assert calls[:3] == [(0, FIRST_CHUNK), (FIRST_CHUNK, second), (second, size)]
-    plan = EpochPlan.of(size, 1, shuffle=True, seed=3, epoch=0, permutation="feistel")
-    assert head + rest == plan.order.materialise().tolist()
+    assert calls[:3] == [(0, FIRST_CHUNK), (FIRST_CHUNK, second), (second, share)]
+    plan = EpochPlan.of(3 * share, 3, shuffle=True, seed=3, epoch=0, permutation="feistel")
+    assert head + rest == plan.order.materialise()[1::3].tolist()
+    assert list(copy) == rest
+
+
+@pytest.mark.parametrize(("size", "world", "held"), [(100_000, 1, True), (70_000, 1, True),
+    (100_000, 2, False), (50_000, 2, False), (2**20, 1, True), (2**20 + 1, 1, False)])  # fmt: skip
+def test_a_rank_taking_most_of_a_small_feistel_order_holds_it(
+    size: int, world: int, held: bool
+) -> None:
+    """Computing the whole order at once costs less than walking its chunks' cycles when
+    the rank takes at least half of a domain of at most 2**WHOLE_BITS values; then the
+    order is held (int32) like a drawn one. Either way a rank receives the same indices,
+    and a copy pickled mid-epoch carries settings, not the order."""
+    plan = EpochPlan.of(size, world, shuffle=True, seed=8, epoch=2, permutation="feistel")
+    share = plan.rank_share(world - 1)
+    assert (share is not None) == held
+    if share is not None:
+        assert share.dtype == torch.int32
+    sampler = DistributedSampler(range(size), world, world - 1, seed=8, permutation="feistel")
+    sampler.set_epoch(2)
+    iterator = iter(sampler)
+    head = list(islice(iterator, 5000))
+    copy = pickle.loads(pickle.dumps(iterator))
+    assert len(pickle.dumps(iterator)) < 2000
+    rest = list(iterator)
+    assert head + rest == plan.rank_indices(world - 1).tolist()
     assert list(copy) == rest
 
 

@@ -140,9 +140,11 @@ class EpochPlan:
         """``rank``'s whole share cut from a held order (``None`` when the order is computed
         position by position): a view when the share is the whole order, else a copy in the
         order's dtype, so the rest of the order can be freed."""
-        table = self.order.held()
         layout = self.layout
-        if table is None or not isinstance(layout, Strided):
+        if not isinstance(layout, Strided):
+            return None
+        table = self.order.held(taking=layout.count(rank))
+        if table is None:
             return None
         inside = table[layout.below_size(rank)]
         padding = layout.positions(rank, inside.numel())

@@ -8,7 +8,8 @@ settings (a drawn permutation is drawn again when needed).
 * :class:`RandpermOrder`: the stock sampler's permutation, ``torch.randperm(N)`` drawn from
   a CPU generator seeded with ``seed + epoch``; held whole once drawn.
 * :class:`FeistelOrder`: a keyed bijection computed position by position
-  (:mod:`samplers.feistel`): no order is ever held, O(1) memory at any ``N``.
+  (:mod:`samplers.feistel`): O(1) memory at any ``N``; held only when a caller takes
+  most of a small order (4 MB at most), where that costs less.
 * :class:`StreamOrder`: a given sequence (the stream of a wrapped sampler), held whole.
 """
 
@@ -47,9 +48,13 @@ class Order(ABC):
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         """Dataset indices (int64) at ``positions`` (int64, each in ``[0, size)``)."""
 
-    def held(self) -> torch.Tensor | None:
+    def held(self, taking: int | None = None) -> torch.Tensor | None:
         """The whole order as it is held in memory (drawn now if needed), or ``None`` for
-        an order computed position by position. Its dtype may be narrower than int64."""
+        an order computed position by position. Its dtype may be narrower than int64.
+
+        ``taking``: how many of its positions the caller is about to take. An order
+        computed position by position may then hold itself, where computing the whole
+        order costs less than computing those positions one chunk at a time."""
         return None
 
     def materialise(self) -> torch.Tensor:
@@ -84,7 +89,7 @@ class StreamOrder(Order):
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         return self.indices[positions]
 
-    def held(self) -> torch.Tensor:
+    def held(self, taking: int | None = None) -> torch.Tensor:
         return self.indices
 
     def materialise(self) -> torch.Tensor:
@@ -121,7 +126,7 @@ class RandpermOrder(Order):
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         return self.table[positions].long()
 
-    def held(self) -> torch.Tensor:
+    def held(self, taking: int | None = None) -> torch.Tensor:
         return self.table
 
     def materialise(self) -> torch.Tensor:
@@ -140,8 +145,9 @@ class FeistelOrder(Order):
     """A keyed bijection of ``[0, size)`` from ``(seed, epoch)``, evaluated on demand.
 
     Specified exactly in :mod:`samplers.feistel` (the same order on every platform and
-    torch version); nothing of size ``N`` is ever built, so a rank computes only the
-    positions it takes, in chunks, and any position in O(1).
+    torch version); nothing of size ``N`` is built, so a rank computes only the
+    positions it takes, in chunks, and any position in O(1), except for a caller that
+    takes most of a small order (:meth:`held`).
     """
 
     length: int
@@ -160,6 +166,15 @@ class FeistelOrder(Order):
 
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         return self.permutation(positions)
+
+    def held(self, taking: int | None = None) -> torch.Tensor | None:
+        """Held (:meth:`FeistelPermutation.table`, int32) only for a caller taking at
+        least half of a small domain (:meth:`FeistelPermutation.whole_pays`: at most
+        ``2**WHOLE_BITS`` values, so 4 MB at most), which costs less than walking its
+        chunks' cycles one by one; otherwise computed position by position."""
+        if taking is None or not self.permutation.whole_pays(taking):
+            return None
+        return self.permutation.table()
 
 
 def make_order(
