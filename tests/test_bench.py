@@ -434,6 +434,36 @@ def test_the_speed_claim_quotes_the_recorded_run() -> None:
     assert all(value in finding.claim for value in recorded.machine.values())
 
 
+def test_the_speed_prose_compares_every_cell_with_the_stock_sampler() -> None:
+    """The sentence on ours and feistel against the stock sampler is computed from the
+    table: its largest ratios, and every cell slower than the stock sampler, listed (or
+    none), on the committed record and on made-up runs."""
+    from studies.bench.record import load
+    from studies.findings import build, speed
+
+    frame = load().frame
+    text = speed.against_stock(frame)
+    assert text in build(speed).prose
+    slower = speed.slower_than_stock(frame)
+    for _, row in slower.iterrows():
+        size, world = int(row["dataset size"]), int(row["world size"])
+        assert f"at {size:,} samples on {world} rank" in text
+        assert f"({row['/ stock']:.2f} x)" in text
+    assert ("No cell of either was slower" in text) == slower.empty
+
+    grid = Grid(sizes=(10**3, 10**4), world_sizes=(1, 8), repeats=1, num_workers=(0,))
+    made_up = run_grid(grid, available=10**12, measure_one=fake_measure)
+    text = speed.against_stock(made_up)  # ours' epoch is 1.5 x the stock sampler's
+    assert "to the first index, ours 0.50 (1,000 samples, 1 rank)" in text
+    assert "feistel not measured" in text
+    assert text.count("ours, whole epoch at") == 4 and text.count("(1.50 x)") == 4
+    epochs = (made_up["variant"] == "ours") & (made_up["quantity"] == "epoch")
+    made_up.loc[epochs, "median"] = made_up.loc[epochs, "median"] / 3
+    text = speed.against_stock(made_up)
+    assert "whole epoch, ours 0.50" in text and "No cell of either was slower" in text
+    assert speed.slower_than_stock(made_up).empty
+
+
 def test_a_record_reads_back_exactly(tmp_path: Path) -> None:
     from studies.bench.record import RecordError, load, record_text, save
 

@@ -16,7 +16,13 @@ from studies.bench.grid import LOADER_QUANTITY, MEMORY_HEADROOM, SAMPLER_QUANTIT
 from studies.bench.plot import draw, figure_size
 from studies.bench.probe import WARM_UP_SIZE
 from studies.bench.record import load
-from studies.bench.tables import constant_statuses, formatted, ratio_view, value_view
+from studies.bench.tables import (
+    constant_statuses,
+    formatted,
+    ratio_view,
+    value_view,
+    with_ratios,
+)
 from studies.bench.variants import FLOOR, REFERENCE
 from studies.findings import Evidence, Picture, Table
 
@@ -186,6 +192,7 @@ def _prose(frame: pd.DataFrame, grid: Grid, facts: dict[str, str], dropped: dict
     )
     for name, status in dropped.items():
         text += f" The {name} variant was not measured anywhere: {status}."
+    text += f"\n\n{against_stock(frame)}"
     share, whole = MEMORY_HEADROOM
     method = (
         "How: each cell is measured in a fresh interpreter that imports torch, warms up on "
@@ -200,3 +207,73 @@ def _prose(frame: pd.DataFrame, grid: Grid, facts: dict[str, str], dropped: dict
         "samples behind `--large`."
     )
     return f"{text}\n\n{method}"
+
+
+#: The variants :func:`against_stock` compares with the stock sampler, and the times.
+COMPARED = ("ours", "feistel")
+COMPARED_TIMES = ("first index", "epoch")
+
+
+def slower_than_stock(frame: pd.DataFrame) -> pd.DataFrame:
+    """The measured cells of :data:`COMPARED` and :data:`COMPARED_TIMES` whose median
+    exceeds the stock sampler's in the same cell (``/ stock`` above 1)."""
+    rows = _compared(frame)
+    return rows[rows["/ stock"] > 1]
+
+
+def _compared(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = with_ratios(frame)
+    keep = rows["quantity"].isin(COMPARED_TIMES) & rows["variant"].isin(COMPARED)
+    return rows[keep & rows["/ stock"].notna()]
+
+
+def against_stock(frame: pd.DataFrame) -> str:
+    """Every recorded cell of ours and feistel against the stock sampler, in words: the
+    largest ratio of medians per variant and time (for feistel's epoch, on one rank and
+    on more), then which cells, if any, were slower than the stock sampler."""
+    rows = _compared(frame)
+    if rows.empty:
+        return "No cell of ours or feistel was measured against the stock sampler."
+
+    def largest(variant: str, quantity: str, ranks: str = "any") -> str:
+        cells = rows[(rows["variant"] == variant) & (rows["quantity"] == quantity)]
+        if ranks == "one":
+            cells = cells[cells["world size"] == 1]
+        elif ranks == "more":
+            cells = cells[cells["world size"] > 1]
+        if cells.empty:
+            return "not measured"
+        top = cells.loc[cells["/ stock"].idxmax()]
+        world = int(top["world size"])
+        return (
+            f"{top['/ stock']:.2f} ({int(top['dataset size']):,} samples, {world} {_ranks(world)})"
+        )
+
+    parts = [
+        "Cell by cell against the stock sampler (ratios of medians over every recorded "
+        "dataset size and world size), the largest ratios were: to the first index, ours "
+        f"{largest('ours', 'first index')} and feistel {largest('feistel', 'first index')};"
+        f" over the rank's whole epoch, ours {largest('ours', 'epoch')}, feistel "
+        f"{largest('feistel', 'epoch', 'one')} and, on more ranks, "
+        f"{largest('feistel', 'epoch', 'more')}."
+    ]
+    slower = slower_than_stock(frame)
+    if slower.empty:
+        parts.append("No cell of either was slower than the stock sampler.")
+    else:
+        cells = "; ".join(
+            f"{row['variant']}, {_time_words(row['quantity'])} at "
+            f"{int(row['dataset size']):,} samples on {int(row['world size'])} "
+            f"{_ranks(int(row['world size']))} ({row['/ stock']:.2f} x)"
+            for _, row in slower.iterrows()
+        )
+        parts.append(f"Slower than the stock sampler: {cells}.")
+    return " ".join(parts)
+
+
+def _ranks(world: int) -> str:
+    return "rank" if world == 1 else "ranks"
+
+
+def _time_words(quantity: str) -> str:
+    return "time to the first index" if quantity == "first index" else "whole epoch"
