@@ -206,7 +206,10 @@ class FeistelPermutation:
     computed, each in O(1) expected time (``ROUNDS`` rounds, fewer than two cycle-walking
     steps on average). Up to ``size = 2**32`` the tensor path reads the round function
     from a table per round (at most 2**16 entries each: int32 below ``2**31``, 2 MB for
-    all eight; int64 above, 4 MB), built on first use.
+    all eight; int64 above, 4 MB), built on first use. Two exceptions trade memory for
+    speed where the caller takes most of a small domain: a call for at least half of a
+    domain of at most ``2**WHOLE_BITS`` values walks the whole domain at once (two int32
+    temporaries of its size), and :meth:`table` keeps the whole permutation.
 
     Args:
         size: the number of elements ``N``, an integer in ``[0, 2**63]``.
