@@ -487,10 +487,11 @@ class FeistelPermutation:
         x = x.to(self._table_dtype)
         high_half, low_half = x >> low, x & ((1 << low) - 1)
         left, right = (low_half, high_half) if inverse else (high_half, low_half)
+        spare = torch.empty_like(left)  # three buffers in turn: no allocation per round
         for table in tables:
-            mixed = table.index_select(0, right)
-            mixed ^= left
-            left, right = right, mixed
+            torch.index_select(table, 0, right, out=spare)
+            spare ^= left
+            left, right, spare = right, spare, left
         high_half, low_half = (right, left) if inverse else (left, right)
         high_half <<= low
         high_half |= low_half
