@@ -728,6 +728,12 @@ def test_stock_heap_grows_with_n_and_ours_is_bounded() -> None:
 
 
 @pytest.mark.timeout(300)
+def test_the_cost_prose_names_small_sizes_in_kib() -> None:
+    assert cost._size(44_684) == "43.6 KiB"
+    assert cost._size(3 * 2**20) == "3.0 MiB"
+    assert cost._size(2**20 - 1) == "1,024.0 KiB"
+
+
 def test_the_cost_claim_holds_for_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """The claim's conditions against the finding's own table (fewer, smaller sizes)."""
     sizes = (10, 1_000, 10**6, 2 * 10**6)  # past the chunk on rank 7 of 8

@@ -161,14 +161,14 @@ def build() -> Evidence:
     )
     prose = (
         f"At {largest:,} samples on {WORLD_SIZE} ranks, the stock sampler's Python heap peaks "
-        f"at {stock.loc[largest, peak] / _MIB:,.1f} MiB before its first index "
+        f"at {_size(stock.loc[largest, peak])} before its first index "
         f"({stock.loc[largest, peak] / largest:.1f} bytes per sample), ours at "
-        f"{ours.loc[largest, peak] / _MIB:,.1f} MiB. From {previous:,} to {largest:,} samples "
+        f"{_size(ours.loc[largest, peak])}. From {previous:,} to {largest:,} samples "
         f"the stock peak grows {stock.loc[largest, peak] / stock.loc[previous, peak]:.2f} "
         f"times and ours {ours.loc[largest, peak] / ours.loc[previous, peak]:.4f} times. "
         "While the iterator is alive after its first index, the stock sampler holds "
-        f"{stock.loc[largest, held] / _MIB:,.1f} MiB (its rank's share as a list) and ours "
-        f"{ours.loc[largest, held] / _MIB:,.2f} MiB. Tensor storage allocated by torch "
+        f"{_size(stock.loc[largest, held])} (its rank's share as a list) and ours "
+        f"{_size(ours.loc[largest, held])}. Tensor storage allocated by torch "
         f"operators before the first index is {stock.loc[largest, tensors] / largest:.2f} "
         f"bytes per sample for the stock sampler and {ours.loc[largest, tensors] / largest:.2f} "
         "for ours: both draw the whole permutation as a tensor; ours then also builds its "
@@ -218,3 +218,10 @@ def build() -> Evidence:
 
 if __name__ == "__main__":
     print(json.dumps(measure_all([int(size) for size in sys.argv[1:]] or DATASET_SIZES)))
+
+
+def _size(count: float) -> str:
+    """A byte count in MiB, or in KiB below one MiB (so a small value does not read 0.0)."""
+    if count >= _MIB:
+        return f"{count / _MIB:,.1f} MiB"
+    return f"{count / 2**10:,.1f} KiB"
