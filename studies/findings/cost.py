@@ -216,12 +216,12 @@ def build() -> Evidence:
     )
 
 
-if __name__ == "__main__":
-    print(json.dumps(measure_all([int(size) for size in sys.argv[1:]] or DATASET_SIZES)))
-
-
 def _size(count: float) -> str:
     """A byte count in MiB, or in KiB below one MiB (so a small value does not read 0.0)."""
     if count >= _MIB:
         return f"{count / _MIB:,.1f} MiB"
     return f"{count / 2**10:,.1f} KiB"
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure_all([int(size) for size in sys.argv[1:]] or DATASET_SIZES)))
