@@ -235,8 +235,8 @@ class FeistelPermutation:
         self._walks = size > 1 and size != 1 << bits
         # The tables' dtype: int32 holds every value of a domain below 2**31.
         self._table_dtype = torch.int32 if bits <= 31 else torch.int64
-        # The whole permutation once :meth:`table` has computed it (key: inverse?).
-        self._kept: dict[bool, torch.Tensor] = {}
+        # The whole permutation once :meth:`table` has computed it.
+        self._kept: torch.Tensor | None = None
 
     def __repr__(self) -> str:
         return f"FeistelPermutation(size={self.size}, seed={self.seed}, epoch={self.epoch})"
@@ -279,14 +279,12 @@ class FeistelPermutation:
         once and kept: int32 below ``2**31`` values, else int64. Later calls of
         ``perm(...)`` read it. Memory is O(size): for a caller that takes most of the
         order anyway (see :meth:`whole_pays`)."""
-        kept = self._kept.get(False)
-        if kept is None:
+        if self._kept is None:
             if self._walks and self.whole_pays(self.size):
-                kept = self._walked(inverse=False)
+                self._kept = self._walked(inverse=False)
             else:
-                kept = self(torch.arange(self.size)).to(self._table_dtype)
-            self._kept[False] = kept
-        return kept
+                self._kept = self(torch.arange(self.size)).to(self._table_dtype)
+        return self._kept
 
     def _map(self, name: str, values: Any, *, inverse: bool) -> torch.Tensor:
         """The network (or its inverse), cycle-walked, on every element of ``values``.
@@ -309,7 +307,7 @@ class FeistelPermutation:
         if self._high_bits <= _TABLE_BITS and flat.numel() >= 1 << self._high_bits:
             self._round_tables(inverse)  # worth it for the whole call, not one block
         step = functools.partial(self._network, inverse=inverse)
-        walked = self._kept.get(inverse)
+        walked = None if inverse else self._kept
         if walked is None and self._walks and self.whole_pays(flat.numel()):
             walked = self._walked(inverse)
         for start in range(0, flat.numel(), _BLOCK):
