@@ -22,7 +22,7 @@ from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
-from samplers.token_sampler import DistributedTokenBatchSampler
+from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
 __all__ = [

@@ -15,9 +15,37 @@ def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+def _mapped() -> set[str]:
+    """The modules the map's tree lists, as paths relative to ``samplers/``.
+
+    A line opens with one or more names (``core.py``, ``plan/``, or ``a.py, b.py``); a
+    name indented under a folder lies in it, and one indented under a module lies beside it.
+    """
+    tree = MAP.split("```")[1]
+    listed: set[str] = set()
+    scopes: list[tuple[int, str]] = []  # (indent, folder) of the enclosing entries
+    for line in tree.splitlines()[2:]:  # below "samplers/"
+        entry = re.match(r"( *)((?:[a-z_]+(?:\.py|/)(?:, )?)+)", line)
+        if not entry:
+            continue  # a description continued on its own line
+        indent = len(entry.group(1))
+        while scopes and scopes[-1][0] >= indent:
+            scopes.pop()
+        folder = scopes[-1][1] if scopes else ""
+        names = [name for name in entry.group(2).split(", ") if name]
+        for name in names:
+            if name.endswith(".py"):
+                listed.add(folder + name)
+        last = names[-1]
+        scopes.append((indent, folder + last if last.endswith("/") else folder))
+    return listed
+
+
 def test_every_module_is_on_the_map_and_every_module_on_it_exists() -> None:
-    listed = set(re.findall(r"\b([a-z_]+\.py)\b", MAP))
-    present = {path.name for path in _modules() if path.name != "__init__.py"}
+    listed = _mapped()
+    present = {
+        path.relative_to(PACKAGE).as_posix() for path in _modules() if path.name != "__init__.py"
+    }
     assert present <= listed, sorted(present - listed)
     assert listed <= present, sorted(listed - present)
 

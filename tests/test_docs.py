@@ -21,7 +21,7 @@ import samplers.batch_sampler
 import samplers.feistel
 import samplers.plan.epoch
 import samplers.sampler
-import samplers.token_sampler
+import samplers.tokens.sampler
 import samplers.wrapper
 from samplers import DistributedBatchSampler, DistributedSampler
 
@@ -34,7 +34,7 @@ DOCUMENTED = [
     samplers.batch_sampler,
     samplers.wrapper,
     samplers.feistel,
-    samplers.token_sampler,
+    samplers.tokens.sampler,
 ]
 
 

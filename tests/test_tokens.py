@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-import samplers.token_order as token_order
+import samplers.tokens.order as token_order
 from samplers import DistributedTokenBatchSampler
-from samplers.token_order import TokenOrder
+from samplers.tokens.order import TokenOrder
 
 TAILS = ("uneven", "pad", "drop")
 

@@ -1,6 +1,6 @@
 """The layout of a token-budgeted epoch: the order's batches dealt one per rank per step.
 
-:class:`TokenLayout` takes a :class:`~samplers.token_order.TokenOrder` from a global
+:class:`TokenLayout` takes a :class:`~samplers.tokens.order.TokenOrder` from a global
 ``start`` position and deals its batches over ``W`` ranks: step ``k`` hands the ``W``
 consecutive batches ``k * W .. k * W + W - 1`` to ranks ``0 .. W - 1``. The order puts
 batches of about the same cost next to each other, so each step's ``W`` batches cost
@@ -36,7 +36,7 @@ from typing import ClassVar
 import torch
 
 from samplers.plan import TAILS, Layout, Tail, ceil_div
-from samplers.token_order import TokenOrder, repeat
+from samplers.tokens.order import TokenOrder, repeat
 
 __all__ = ["TokenLayout"]
 

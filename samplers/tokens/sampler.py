@@ -1,7 +1,7 @@
 """Token-budgeted batches for variable-length data: :class:`DistributedTokenBatchSampler`.
 
-A thin adapter over :class:`~samplers.token_order.TokenOrder` (what the epoch's batches
-are) and :class:`~samplers.token_layout.TokenLayout` (which rank takes which, step by
+A thin adapter over :class:`~samplers.tokens.order.TokenOrder` (what the epoch's batches
+are) and :class:`~samplers.tokens.layout.TokenLayout` (which rank takes which, step by
 step); epochs, iteration, checkpoints and agreement are the sampler core's
 (:mod:`samplers.core`).
 """
@@ -19,9 +19,9 @@ from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator
 from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
-from samplers.token_checks import checked_lengths, choice, warn_over_budget
-from samplers.token_layout import TokenLayout
-from samplers.token_order import COSTS, Cost, TokenOrder, default_window, length_sum
+from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
+from samplers.tokens.layout import TokenLayout
+from samplers.tokens.order import COSTS, Cost, TokenOrder, default_window, length_sum
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -41,8 +41,8 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
 
     How: the epoch's permutation is cut into windows of ``window`` samples; each window is
     sorted by length, cut greedily into batches under the budget, and its batches ordered
-    by cost (:mod:`samplers.token_order`). Step ``k`` deals the ``k``-th run of
-    ``num_replicas`` batches, one per rank (:mod:`samplers.token_layout`). The order does
+    by cost (:mod:`samplers.tokens.order`). Step ``k`` deals the ``k``-th run of
+    ``num_replicas`` batches, one per rank (:mod:`samplers.tokens.layout`). The order does
     not depend on the world size, so a checkpoint is one global position and resumes on
     any world size.
 

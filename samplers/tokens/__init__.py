@@ -1,0 +1,16 @@
+"""Batches of variable-length samples under a token budget.
+
+* :mod:`samplers.tokens.order`: :class:`TokenOrder`, an epoch's order cut into batches
+  under the budget (windows sorted by length), the same on every world size;
+* :mod:`samplers.tokens.layout`: :class:`TokenLayout`, those batches dealt one per rank per
+  step, planned lazily;
+* :mod:`samplers.tokens.sampler`: :class:`DistributedTokenBatchSampler`, the sampler over
+  both (hooks of :mod:`samplers.core` only);
+* :mod:`samplers.tokens.checks`: its argument checks.
+"""
+
+from samplers.tokens.layout import TokenLayout
+from samplers.tokens.order import TokenOrder
+from samplers.tokens.sampler import DistributedTokenBatchSampler
+
+__all__ = ["DistributedTokenBatchSampler", "TokenLayout", "TokenOrder"]
