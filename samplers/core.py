@@ -30,7 +30,7 @@ from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
 from samplers.iterators import Progress
 from samplers.options import Tail
-from samplers.plan import EpochPlan, Layout, ShardSizes
+from samplers.plan import EpochPlan, Layout, ShardSizes, ceil_div
 
 __all__ = ["SamplerCore"]
 
@@ -220,7 +220,9 @@ class SamplerCore(ABC):
 
     # State ------------------------------------------------------------------------------
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+    def state_dict(
+        self, consumed: int | None = None, *, batch_size: int | None = None
+    ) -> dict[str, Any]:
         """Where the ranks stand in the current epoch: the same small dict on every rank.
 
         It is one global position in the epoch's order (see :mod:`samplers.state`), read
@@ -234,18 +236,23 @@ class SamplerCore(ABC):
         DataLoader) while an earlier iteration is still held and not finished, e.g. a
         callback that peeks with ``next(iter(sampler))`` in the middle of the loop, two
         iterations are in progress and this raises ``ValueError`` saying so, until the
-        next iteration or :meth:`load_state_dict`; peek at a copy (``copy.copy(sampler)``)
-        instead. An iteration nobody holds any more (a loop left with ``break``) does not
-        count.
+        next iteration or :meth:`load_state_dict`; peek at a copy at the same epoch
+        instead (``peek = copy.copy(sampler); peek.set_epoch(sampler.epoch)``). An
+        iteration nobody holds any more (a loop left with ``break``) does not count.
 
         ``consumed``: for loops the sampler cannot see (something between it and the loop
         that fetches ahead), how many items of the current iteration (since the ``iter()``
         that started or resumed the epoch) this rank's loop has consumed, counted as a
         DataLoader counts them: steps times the batch size for an index sampler, even when
-        this rank's last batch was smaller; batches for a batch sampler.
+        this rank's last batch was smaller; batches for a batch sampler. For an index
+        sampler, a count that is not a whole number of steps raises ``ValueError`` naming
+        the expected count: checked against ``batch_size`` when given (or the batch size
+        of the DataLoader reading the sampler); without either, this rank's whole share
+        passed when it is shorter than other ranks' (``tail="uneven"``) is refused, since
+        the count then decides whether the epoch is finished.
         """
         self._require_init("state_dict")
-        saved = self._saved(consumed)
+        saved = self._saved(consumed, batch_size)
         return state.encode(
             type(self).__name__,
             self._dataset_length(),
@@ -266,11 +273,12 @@ class SamplerCore(ABC):
             f"iteration of epoch {epoch} was still being iterated ({taken} items handed out, "
             "not finished), so two iterations of this sampler are in progress and a state "
             "records one position. To peek at the order without starting an iteration, "
-            "iterate a copy (copy.copy(sampler)); a new iteration (the next epoch's iter() "
-            "or load_state_dict) ends this"
+            "iterate a copy at the same epoch (peek = copy.copy(sampler); "
+            "peek.set_epoch(sampler.epoch)); a new iteration (the next epoch's iter() or "
+            "load_state_dict) ends this"
         )
 
-    def _saved(self, consumed: int | None) -> state.Saved:
+    def _saved(self, consumed: int | None, batch_size: int | None = None) -> state.Saved:
         pending = self._book.pending
         iterator = self._iterator
         if pending is None and iterator is not None and not self._book.epoch_set:
@@ -296,9 +304,46 @@ class SamplerCore(ABC):
             # starts at its end).
             finished = 0 < layout.start >= layout.stop
             return state.Saved(plan.epoch, plan.seed, layout.start, finished)
+        if consumed is not None:
+            self._check_steps(consumed, iterator, batch_size)
         steps, ended = self._progress(iterator, consumed)
         position = layout.position_after(steps)
         return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
+
+    def _check_steps(self, consumed: int, iterator: Progress[Any], batch_size: int | None) -> None:
+        """Raise unless ``consumed`` counts whole steps of this rank's loop (an index
+        sampler's items: steps times the batch size)."""
+        layout = iterator.plan.layout
+        if layout.batched:
+            if batch_size is not None:
+                raise ValueError(
+                    f"batch_size is for index samplers: {type(self).__name__}'s consumed "
+                    f"counts batches, got batch_size={batch_size!r}"
+                )
+            return
+        if batch_size is None and iterator.reader is not None:
+            batch_size = loader_progress.unit_of(iterator.reader, self)
+        rank = checks.as_int("rank", self.rank)
+        if batch_size is not None:
+            size = checks.positive("batch_size", batch_size)
+            if consumed % size:
+                expected = ceil_div(consumed, size) * size
+                raise ValueError(
+                    f"consumed={consumed} is not a whole number of steps of batch_size={size} "
+                    f"on rank {rank}: count steps x batch size, as a DataLoader does, even when "
+                    f"this rank's last batch was smaller; expected {expected}"
+                )
+            return
+        share, longest = iterator.count, layout.count(0)
+        if consumed == share < longest:
+            raise ValueError(
+                f"consumed={consumed} is rank {rank}'s whole share, shorter than rank 0's "
+                f"({longest} items), so it may not be a whole number of steps: a DataLoader "
+                "counts steps x batch size even when this rank's last batch was smaller, "
+                f"which is at least {longest} after this rank's last step (unless the batch "
+                f"size divides {consumed}); pass that count, with batch_size= to have it "
+                "checked"
+            )
 
     def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""

@@ -38,7 +38,14 @@ from torch.utils.data.dataloader import (
 from samplers.callers import callers
 from samplers.plan import ceil_div
 
-__all__ = ["LoopProgress", "find_loader", "loop_progress", "received_nothing"]
+__all__ = [
+    "LoopProgress",
+    "find_loader",
+    "loop_progress",
+    "reader_of",
+    "received_nothing",
+    "unit_of",
+]
 
 #: How many frames above ``iter()`` a DataLoader iterator may be: the sampler's
 #: ``__iter__`` and its core, a ``BatchSampler`` generator, ``_next_index``,
@@ -66,7 +73,7 @@ def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
     counts tell what the loop received of ``sampler``, else ``None``."""
     if isinstance(loader, _READERS):
         attributes: dict[str, Any] = loader.__dict__
-        return attributes if _unit(attributes, sampler) is not None else None
+        return attributes if unit_of(attributes, sampler) is not None else None
     return None
 
 
@@ -80,7 +87,7 @@ def received_nothing(loader: object | None) -> bool:
     return isinstance(received, int) and received == 0
 
 
-def _unit(reader: dict[str, Any], sampler: object) -> int | None:
+def unit_of(reader: dict[str, Any], sampler: object) -> int | None:
     """Items of ``sampler`` per DataLoader batch: 1 when it is the batch sampler, the batch
     size when the DataLoader batches it with a ``BatchSampler``; else ``None``."""
     index_sampler = reader.get("_index_sampler")
@@ -101,7 +108,7 @@ def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopPr
     for an index sampler, even when the last batch was smaller), which is the count every
     rank agrees on at the same step.
     """
-    unit = _unit(reader, sampler)
+    unit = unit_of(reader, sampler)
     batches = reader.get("_num_yielded")
     if unit is None or not isinstance(batches, int):
         return None
