@@ -20,6 +20,9 @@ from.
 from __future__ import annotations
 
 import copy
+import gc
+import sys
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -27,9 +30,12 @@ from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
 from samplers.iterators import Progress
 from samplers.options import Tail
-from samplers.plan import EpochPlan, Layout, ShardSizes
+from samplers.plan import EpochPlan, Layout, ShardSizes, ceil_div
 
 __all__ = ["SamplerCore"]
+
+#: References to the previous iterator while :meth:`SamplerCore._begin` counts them.
+_OWN_REFERENCES = 3
 
 
 class SamplerCore(ABC):
@@ -52,12 +58,16 @@ class SamplerCore(ABC):
     _book: EpochBook
     _iterator: Progress[Any] | None = None
     _undo: Undo | None = None
+    #: Set when this iteration began while an earlier one was still being iterated (that
+    #: one's epoch and items handed out then): :meth:`state_dict` refuses to choose.
+    _ambiguous: tuple[int, int] | None = None
 
     def _init_core(self, auto_epoch: Any) -> None:
         self.auto_epoch = checks.as_flag("auto_epoch", auto_epoch)
         self._book = EpochBook(auto_epoch=self.auto_epoch)
         self._iterator = None
         self._undo = None
+        self._ambiguous = None
         self._initialised = True
 
     # Hooks ------------------------------------------------------------------------------
@@ -103,6 +113,15 @@ class SamplerCore(ABC):
             sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
         return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
 
+    def _shuffling(self) -> bool:
+        """Whether ``shuffle`` (any accepted bool-like) is true; ``False`` for a value
+        that is not one (the plan raises for it when iterating, as the stock sampler's
+        ``set_epoch`` accepts it)."""
+        try:
+            return checks.as_flag("shuffle", self.shuffle)
+        except TypeError:
+            return False
+
     def _require_init(self, what: str) -> None:
         if not self._initialised:
             raise TypeError(
@@ -114,19 +133,29 @@ class SamplerCore(ABC):
 
     def _begin(self) -> Progress[Any]:
         """``iter()``: settle the epoch and its start (a loaded state's position, or 0),
-        plan it and return this rank's iterator, kept for :meth:`state_dict`."""
+        plan it and return this rank's iterator, kept for :meth:`state_dict`.
+
+        When the iteration it replaces was started, is not exhausted and is still held by
+        someone (a loop may still be iterating it), and no DataLoader called this
+        ``iter()``, the new one is marked ambiguous.
+        """
+        loader = loader_progress.find_loader()
         previous, undo = self._iterator, self._undo
         if (
             previous is not None
             and undo is not None
-            and not previous.started
             and not self._book.epoch_set
             and self.epoch == undo.epoch_after
+            and (not previous.started or loader_progress.received_nothing(previous.loader()))
         ):
-            # The previous iter() was never advanced: replace it instead of counting it.
+            # The previous iter() was never advanced, or only by DataLoader workers whose
+            # batches never reached the loop (torchdata restoring a finished epoch):
+            # replace it instead of counting it.
             self._book, self.epoch = undo.book.copy(), undo.epoch_before
+            previous = None  # not an iteration of its own
         book_before, epoch_before = self._book.copy(), checks.epoch(self.epoch)
-        shuffle = self.shuffle is True
+        # Bool-likes written as attributes (numpy.True_, 1) count as what they mean.
+        shuffle = checks.as_flag("shuffle", self.shuffle)
         try:
             epoch, start = self._book.begin(
                 epoch_before, checks.seed(self.seed), shuffle, type(self).__name__, 3
@@ -138,7 +167,18 @@ class SamplerCore(ABC):
         except BaseException:
             self._book, self.epoch = book_before, epoch_before
             raise
-        iterator.reader = loader_progress.find_reader(self)
+        iterator.reader = loader_progress.reader_of(loader, self)
+        if loader is not None:
+            iterator.loader = weakref.ref(loader)
+        self._ambiguous = None
+        # A DataLoader starting an iteration starts the loop's (it dropped its previous one).
+        if loader is None and previous is not None and previous.started and not previous.exhausted:
+            if previous.reader is not None:
+                gc.collect()  # a DataLoader iterator and ours refer to each other
+            # Held by this sampler, the local name and getrefcount's argument only: nobody
+            # iterates it any more. Held by anyone else: it may still be the loop's.
+            if sys.getrefcount(previous) > _OWN_REFERENCES:
+                self._ambiguous = (previous.plan.epoch, previous.taken)
         self._iterator = iterator
         self._undo = Undo(book_before, epoch_before, epoch)
         return iterator
@@ -172,7 +212,7 @@ class SamplerCore(ABC):
             self.epoch = epoch  # the stock behaviour, for subclasses that skip __init__
             return
         epoch = checks.epoch(epoch)
-        if self.shuffle is True and isinstance(self.seed, int):
+        if self._shuffling() and isinstance(self.seed, int):
             # Fail here rather than at iter() when the permutation cannot be seeded.
             checks.shuffle_key_fits(self.seed, epoch, self.permutation)
         self._book.set_epoch(epoch, type(self).__name__, 2)
@@ -180,34 +220,69 @@ class SamplerCore(ABC):
 
     # State ------------------------------------------------------------------------------
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+    def state_dict(
+        self, consumed: int | None = None, *, batch_size: int | None = None
+    ) -> dict[str, Any]:
         """Where the ranks stand in the current epoch: the same small dict on every rank.
 
         It is one global position in the epoch's order (see :mod:`samplers.state`), read
         from this rank's iterator: what it handed out, or, when a torch ``DataLoader``
         reads it (any ``num_workers``), what the DataLoader has yielded to the loop.
-        Taken once the epoch's last step is done, it says the epoch is finished.
+        Taken once the epoch's last step is done, it says the epoch is finished. It may be
+        called from another thread while the loop iterates (a checkpoint or monitoring
+        thread): the position is then one the loop's iterator reached during the call.
+
+        A state is one iteration's position. When ``iter()`` is called (not by a
+        DataLoader) while an earlier iteration is still held and not finished, e.g. a
+        callback that peeks with ``next(iter(sampler))`` in the middle of the loop, two
+        iterations are in progress and this raises ``ValueError`` saying so, until the
+        next iteration or :meth:`load_state_dict`; peek at a copy at the same epoch
+        instead (``peek = copy.copy(sampler); peek.set_epoch(sampler.epoch)``). An
+        iteration nobody holds any more (a loop left with ``break``) does not count.
 
         ``consumed``: for loops the sampler cannot see (something between it and the loop
         that fetches ahead), how many items of the current iteration (since the ``iter()``
         that started or resumed the epoch) this rank's loop has consumed, counted as a
         DataLoader counts them: steps times the batch size for an index sampler, even when
-        this rank's last batch was smaller; batches for a batch sampler.
+        this rank's last batch was smaller; batches for a batch sampler. For an index
+        sampler, a count that is not a whole number of steps raises ``ValueError`` naming
+        the expected count: checked against ``batch_size`` when given (or the batch size
+        of the DataLoader reading the sampler); without either, this rank's whole share
+        passed when it is shorter than other ranks' (``tail="uneven"``) is refused, since
+        the count then decides whether the epoch is finished.
         """
         self._require_init("state_dict")
-        saved = self._saved(consumed)
+        saved = self._saved(consumed, batch_size)
         return state.encode(
             type(self).__name__,
             self._dataset_length(),
-            self.shuffle is True,
+            checks.as_flag("shuffle", self.shuffle),
             self.permutation,
             saved,
             self._order_fields(),
         )
 
-    def _saved(self, consumed: int | None) -> state.Saved:
+    def _refuse_ambiguous(self) -> None:
+        """Raise when this iteration began while an earlier one was still being iterated:
+        the state could be either's, and a wrong one skips or repeats samples."""
+        if self._ambiguous is None:
+            return
+        epoch, taken = self._ambiguous
+        raise ValueError(
+            f"{type(self).__name__}.state_dict() is ambiguous: iter() was called while an "
+            f"iteration of epoch {epoch} was still being iterated ({taken} items handed out, "
+            "not finished), so two iterations of this sampler are in progress and a state "
+            "records one position. To peek at the order without starting an iteration, "
+            "iterate a copy at the same epoch (peek = copy.copy(sampler); "
+            "peek.set_epoch(sampler.epoch)); a new iteration (the next epoch's iter() or "
+            "load_state_dict) ends this"
+        )
+
+    def _saved(self, consumed: int | None, batch_size: int | None = None) -> state.Saved:
         pending = self._book.pending
         iterator = self._iterator
+        if pending is None and iterator is not None and not self._book.epoch_set:
+            self._refuse_ambiguous()
         if consumed is not None:
             consumed = checks.as_int("consumed", consumed)
             if consumed < 0:
@@ -229,9 +304,46 @@ class SamplerCore(ABC):
             # starts at its end).
             finished = 0 < layout.start >= layout.stop
             return state.Saved(plan.epoch, plan.seed, layout.start, finished)
+        if consumed is not None:
+            self._check_steps(consumed, iterator, batch_size)
         steps, ended = self._progress(iterator, consumed)
         position = layout.position_after(steps)
         return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
+
+    def _check_steps(self, consumed: int, iterator: Progress[Any], batch_size: int | None) -> None:
+        """Raise unless ``consumed`` counts whole steps of this rank's loop (an index
+        sampler's items: steps times the batch size)."""
+        layout = iterator.plan.layout
+        if layout.batched:
+            if batch_size is not None:
+                raise ValueError(
+                    f"batch_size is for index samplers: {type(self).__name__}'s consumed "
+                    f"counts batches, got batch_size={batch_size!r}"
+                )
+            return
+        if batch_size is None and iterator.reader is not None:
+            batch_size = loader_progress.unit_of(iterator.reader, self)
+        rank = checks.as_int("rank", self.rank)
+        if batch_size is not None:
+            size = checks.positive("batch_size", batch_size)
+            if consumed % size:
+                expected = ceil_div(consumed, size) * size
+                raise ValueError(
+                    f"consumed={consumed} is not a whole number of steps of batch_size={size} "
+                    f"on rank {rank}: count steps x batch size, as a DataLoader does, even when "
+                    f"this rank's last batch was smaller; expected {expected}"
+                )
+            return
+        share, longest = iterator.count, layout.count(0)
+        if consumed == share < longest:
+            raise ValueError(
+                f"consumed={consumed} is rank {rank}'s whole share, shorter than rank 0's "
+                f"({longest} items), so it may not be a whole number of steps: a DataLoader "
+                "counts steps x batch size even when this rank's last batch was smaller, "
+                f"which is at least {longest} after this rank's last step (unless the batch "
+                f"size divides {consumed}); pass that count, with batch_size= to have it "
+                "checked"
+            )
 
     def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""
@@ -281,6 +393,7 @@ class SamplerCore(ABC):
         self.epoch = saved.epoch
         self._iterator = None
         self._undo = None
+        self._ambiguous = None
 
     # Agreement --------------------------------------------------------------------------
 

@@ -17,8 +17,11 @@ is continued exactly once, by the iteration of its epoch.
   drops the unfinished rest of its epoch.
 * An ``iter()`` whose iterator was never advanced did not start the epoch: torch's
   DataLoader calls ``iter()`` on a batch sampler twice before it fetches, and torchdata's
-  ``StatefulDataLoader`` calls it before restoring. The sampler core keeps an :class:`Undo`
-  so that the next ``iter()`` replaces such an iteration instead of counting it.
+  ``StatefulDataLoader`` calls it before restoring. Nor did one advanced only by a
+  DataLoader's workers whose batches never reached the loop: torchdata, restoring a state
+  taken after an epoch's loop ended, prefetches the next epoch with an iterator it then
+  discards. The sampler core keeps an :class:`Undo` so that the next ``iter()`` replaces
+  such an iteration instead of counting it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Guarantee: :class:`ShareIterator` yields exactly ``plan.rank_indices(rank)[taken:]`` as
 Python ints and :class:`BatchIterator` exactly ``plan.rank_batches(rank)[taken:]``; both
 turn indices into Python objects one chunk at a time. ``taken`` never counts more than
-was handed out, even read from another thread while the iterator is being advanced.
+was handed out, even read from another thread while the iterator is being advanced. Like
+the stock sampler's list iterator, one iterator may be drained by several threads at
+once: together they receive every item exactly once.
 Pickled or copied at any point, either stores only the plan's settings, the rank and its
 progress (a few hundred bytes, whatever the dataset size; a wrapped sampler's stream is
 the exception, it is carried along) and the copy yields exactly the rest.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -63,8 +67,12 @@ class Progress(ABC, Generic[_Item]):
     reader: dict[str, Any] | None
     #: Called with the layout once the iterator is exhausted; never pickled.
     at_end: Callable[[Layout], None] | None
+    #: The DataLoader iterator that began this iteration, if any and still alive (a weak
+    #: reference: ``loader()``); never pickled.
+    loader: Callable[[], object | None]
     _plan: EpochPlan
     _cursor: tuple[int, Iterator[_Item]]
+    _feed: _Feed[_Item]
 
     @classmethod
     def of(
@@ -77,10 +85,11 @@ class Progress(ABC, Generic[_Item]):
         exhausted: bool = False,
     ) -> Self:
         """``rank``'s items of ``plan`` from item ``taken`` on."""
-        holder: list[Progress[Any]] = []  # the iterator, for its feed, made before it
+        feed: _Feed[Any] = _Feed()  # bound to the iterator once it exists
         chain: Any = cls  # a subclass of itertools.chain too (ShareIterator, BatchIterator)
-        iterator = cast("Self", chain.from_iterable(_feed(holder)))
-        holder.append(iterator)
+        iterator = cast("Self", chain.from_iterable(feed))
+        feed.bind(iterator)
+        iterator._feed = feed  # kept alive while a thread may still be in its __next__
         iterator._setup(plan, rank, taken, started, exhausted)
         return iterator
 
@@ -98,6 +107,7 @@ class Progress(ABC, Generic[_Item]):
         self.exhausted = exhausted
         self.reader = None
         self.at_end = None
+        self.loader = _nobody
 
     @abstractmethod
     def _prepare(self, plan: EpochPlan) -> EpochPlan:
@@ -143,22 +153,54 @@ class Progress(ABC, Generic[_Item]):
         )
 
 
-def _feed(holder: list[Progress[_Item]]) -> Iterator[Iterator[_Item]]:
-    """The chunks of ``holder[0]``, each an iterator, recording progress as they start."""
-    iterator = holder[0]
-    iterator.started = True  # the chain asks for its first chunk at the first next()
-    end = iterator._cursor[0]
-    while True:
-        items, end = iterator._chunk(end)
-        if not items:
-            break
-        current = iter(items)
-        iterator._cursor = (end, current)
-        yield current
-    iterator.exhausted = True
-    iterator._finish()
-    if iterator.at_end is not None:
-        iterator.at_end(iterator.plan.layout)
+class _Feed(Generic[_Item]):
+    """The chunks of one iterator, each an iterator, recording progress as they start.
+
+    The chain asks for a chunk whenever its current one is used up. Two threads sharing
+    the iterator can both ask while one chunk is being computed (the computation releases
+    the GIL), and the chain keeps whichever chunk it was given last. So chunks are computed
+    under a lock, one thread at a time, and a request made while the current chunk still
+    has items gets that chunk again (the chain then keeps the same one): no chunk is lost,
+    computed twice or handed out twice. It refers to its iterator weakly, so an iterator
+    nobody iterates any more is freed at once (no reference cycle).
+    """
+
+    def __init__(self) -> None:
+        self._owner: Callable[[], Progress[_Item] | None] = _nobody
+        self._lock = threading.Lock()
+        self._done = False
+
+    def bind(self, iterator: Progress[_Item]) -> None:
+        """Feed ``iterator`` (the chain this feed is the source of)."""
+        self._owner = weakref.ref(iterator)
+
+    def __iter__(self) -> _Feed[_Item]:
+        return self
+
+    def __next__(self) -> Iterator[_Item]:
+        with self._lock:
+            iterator = self._owner()
+            if iterator is None or self._done:
+                raise StopIteration
+            iterator.started = True  # the chain asks for its first chunk at the first next()
+            end, current = iterator._cursor
+            if operator.length_hint(current):
+                return current  # another thread's chunk, not used up: share it
+            items, end = iterator._chunk(end)
+            if items:
+                current = iter(items)
+                iterator._cursor = (end, current)
+                return current
+            self._done = True
+            iterator.exhausted = True
+            iterator._finish()
+        if iterator.at_end is not None:
+            iterator.at_end(iterator.plan.layout)
+        raise StopIteration
+
+
+def _nobody() -> None:
+    """The ``loader`` of an iterator no DataLoader began."""
 
 
 def _restored(

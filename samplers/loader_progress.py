@@ -8,7 +8,7 @@ received its last batch. A DataLoader with workers fetches ahead (``prefetch_fac
 batches per worker), so what the sampler handed out is more than the loop used; this is
 what lets ``state_dict()`` record the loop's step instead.
 
-How: when the sampler's ``iter()`` is called, :func:`find_reader` looks a few frames up the
+How: when the sampler's ``iter()`` is called, :func:`find_loader` looks a few frames up the
 call stack for the DataLoader iterator that called it (``_SingleProcessDataLoaderIter`` or
 ``_MultiProcessingDataLoaderIter``) and keeps a reference to that iterator's attribute
 dictionary, not to the iterator: the DataLoader's workers shut down as usual when the loop
@@ -18,7 +18,10 @@ attributes torch's DataLoader iterators have had since torch 1.x (``_num_yielded
 count is used.
 
 torchdata's ``StatefulDataLoader`` is not a reader here: it asks the sampler for its state
-itself, at the right moments.
+itself, at the right moments. Any DataLoader iterator (torch's or torchdata's) is still
+remembered, weakly, as the iteration's *loader*: :func:`received_nothing` tells whether the
+loop has received anything from it, which decides whether an iteration that workers only
+prefetched from counts as an epoch (see :mod:`samplers.epochs`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from torch.utils.data import BatchSampler
 from torch.utils.data.dataloader import (
+    _BaseDataLoaderIter,
     _MultiProcessingDataLoaderIter,
     _SingleProcessDataLoaderIter,
 )
@@ -34,7 +38,14 @@ from torch.utils.data.dataloader import (
 from samplers.callers import callers
 from samplers.plan import ceil_div
 
-__all__ = ["LoopProgress", "find_reader", "loop_progress"]
+__all__ = [
+    "LoopProgress",
+    "find_loader",
+    "loop_progress",
+    "reader_of",
+    "received_nothing",
+    "unit_of",
+]
 
 #: How many frames above ``iter()`` a DataLoader iterator may be: the sampler's
 #: ``__iter__`` and its core, a ``BatchSampler`` generator, ``_next_index``,
@@ -47,18 +58,36 @@ _READERS = (_SingleProcessDataLoaderIter, _MultiProcessingDataLoaderIter)
 LoopProgress = tuple[int, bool]
 
 
-def find_reader(sampler: object) -> dict[str, Any] | None:
-    """The attribute dictionary of the torch DataLoader iterator now calling ``iter()`` on
-    ``sampler`` (directly, or through the ``BatchSampler`` the DataLoader built around it),
-    or ``None``."""
-    for owner in callers(1, _DEPTH):
-        if isinstance(owner, _READERS):
-            attributes: dict[str, Any] = owner.__dict__
-            return attributes if _unit(attributes, sampler) is not None else None
+def find_loader(skip: int = 1) -> _BaseDataLoaderIter | None:
+    """The DataLoader iterator (torch's or torchdata's) calling ``iter()`` on a sampler now
+    (directly, or through the ``BatchSampler`` the DataLoader built around it), or ``None``;
+    ``skip``: frames above the caller to start from."""
+    for owner in callers(skip + 1, _DEPTH):
+        if isinstance(owner, _BaseDataLoaderIter):
+            return owner
     return None
 
 
-def _unit(reader: dict[str, Any], sampler: object) -> int | None:
+def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
+    """The attribute dictionary of ``loader`` when it is a torch DataLoader iterator whose
+    counts tell what the loop received of ``sampler``, else ``None``."""
+    if isinstance(loader, _READERS):
+        attributes: dict[str, Any] = loader.__dict__
+        return attributes if unit_of(attributes, sampler) is not None else None
+    return None
+
+
+def received_nothing(loader: object | None) -> bool:
+    """Whether ``loader``, a DataLoader iterator with workers (torch's or torchdata's), has
+    given the loop nothing since its iteration began: what its workers fetched was never
+    used. ``False`` when it cannot be told (no workers, or not a DataLoader iterator)."""
+    if not isinstance(loader, _BaseDataLoaderIter):
+        return False
+    received = loader.__dict__.get("_rcvd_idx")
+    return isinstance(received, int) and received == 0
+
+
+def unit_of(reader: dict[str, Any], sampler: object) -> int | None:
     """Items of ``sampler`` per DataLoader batch: 1 when it is the batch sampler, the batch
     size when the DataLoader batches it with a ``BatchSampler``; else ``None``."""
     index_sampler = reader.get("_index_sampler")
@@ -79,7 +108,7 @@ def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopPr
     for an index sampler, even when the last batch was smaller), which is the count every
     rank agrees on at the same step.
     """
-    unit = _unit(reader, sampler)
+    unit = unit_of(reader, sampler)
     batches = reader.get("_num_yielded")
     if unit is None or not isinstance(batches, int):
         return None

@@ -122,6 +122,12 @@ def decode(
     own = dict(order_fields or {})
     if not isinstance(state, Mapping):
         raise ValueError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+    for key in state:
+        if not isinstance(key, str):
+            raise ValueError(
+                f"state field names are strings; this state has the field {key!r} "
+                f"({type(key).__name__})"
+            )
     version = state.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version == 1:
         return _decode_version_1(
@@ -137,10 +143,11 @@ def decode(
             f"state field 'version' is {values['version']!r}; this version of dsampler reads "
             f"state versions 1 and {STATE_VERSION}"
         )
+    # Which kind of sampler wrote it first: its own fields are no surprise then.
+    _check_origin(values, sampler, dataset_length, shuffle, permutation)
     unknown = sorted(set(state) - set(_FIELDS) - set(own))
     if unknown:
         raise ValueError(f"state field {unknown[0]!r} is not one dsampler writes")
-    _check_origin(values, sampler, dataset_length, shuffle, permutation)
     for name, expected in own.items():
         value = _field(state, name, type(expected))
         if value != expected:

@@ -31,12 +31,12 @@ known as soon as the chunks of the order they lie in (and a few batches after th
 from __future__ import annotations
 
 import bisect
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from samplers.plan import TAILS, Layout, Tail, ceil_div
-from samplers.tokens.order import TokenOrder, repeat
+from samplers.tokens.order import TokenOrder, locked, repeat
 
 __all__ = ["TokenLayout"]
 
@@ -81,6 +81,11 @@ class TokenLayout(Layout):
         self._raw_limit = 0
         self._pieces = torch.zeros(0, dtype=torch.int64)
         self._pad_starts = torch.zeros(0, dtype=torch.int64)
+
+    @property
+    def lock(self) -> Any:
+        """The order's lock: one thread plans the order and its layouts at a time."""
+        return self.order.lock
 
     def __repr__(self) -> str:
         return (
@@ -193,6 +198,7 @@ class TokenLayout(Layout):
     # The protocol ---------------------------------------------------------------------------
 
     @property
+    @locked
     def steps(self) -> int:
         """Steps in the epoch (plans the whole epoch)."""
         self._finish_if_needed()
@@ -212,12 +218,14 @@ class TokenLayout(Layout):
             return self._raw_limit + self._pieces.numel() - 1
         return self._steps * self.world_size if self.tail != "drop" else self._raw_limit
 
+    @locked
     def count(self, rank: int) -> int:
         """How many batches ``rank`` takes this epoch (plans the whole epoch)."""
         total = self._total()
         return max(ceil_div(total - rank, self.world_size), 0)
 
     @property
+    @locked
     def stop(self) -> int:
         """The global position where the layout ends (plans the whole epoch)."""
         total = self._total()
@@ -244,6 +252,7 @@ class TokenLayout(Layout):
             lo[rest], hi[rest] = table[where], table[where + 1]
         return lo, hi
 
+    @locked
     def items(
         self, rank: int, lo: int = 0, hi: int | None = None
     ) -> tuple[torch.Tensor, list[int]]:
@@ -277,6 +286,7 @@ class TokenLayout(Layout):
         """Sizes of ``rank``'s batches ``[lo, hi)``."""
         return self.items(rank, lo, hi)[1]
 
+    @locked
     def position_after(self, steps: int) -> int:
         """The global position the ranks have reached after ``steps`` steps."""
         if steps < 0:

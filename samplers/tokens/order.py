@@ -32,10 +32,12 @@ size.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, get_args
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, get_args
 
 import torch
 
@@ -54,6 +56,7 @@ __all__ = [
     "batch_costs",
     "default_window",
     "length_sum",
+    "locked",
     "repeat",
 ]
 
@@ -74,6 +77,28 @@ CHUNK_SAMPLES = 1 << 16
 CONCURRENT_WINDOWS = 16
 #: Chunks kept planned (their indices): the one being read and the one before.
 CACHED_CHUNKS = 4
+
+
+class _Locked(Protocol):
+    @property
+    def lock(self) -> Any: ...
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound=_Locked)
+
+
+def locked(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
+    """``method`` run holding its object's ``lock``: planning as it goes mutates caches,
+    and a state read from another thread while the loop iterates must see them whole."""
+
+    def run(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    run.__name__, run.__doc__ = method.__name__, method.__doc__
+    return run
 
 
 def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = None) -> int:
@@ -186,6 +211,8 @@ class TokenOrder(Order):
         self.chunk_windows = max(1, CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
         self._starts: dict[int, torch.Tensor] = {}
+        #: Held while planning (by this order and by its layouts): one thread plans at a time.
+        self.lock = threading.RLock()
 
     def __repr__(self) -> str:
         return (
@@ -199,10 +226,12 @@ class TokenOrder(Order):
         state = dict(self.__dict__)
         state.pop("permuted", None)
         state["_spans"], state["_starts"] = OrderedDict(), {}
+        state.pop("lock", None)
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     @property
     def size(self) -> int:
@@ -239,6 +268,7 @@ class TokenOrder(Order):
         per_chunk = self.chunk_windows * self.window
         return min(chunk * per_chunk, self.size), min((chunk + 1) * per_chunk, self.size)
 
+    @locked
     def span(self, chunk: int) -> Span:
         """Chunk ``chunk`` planned (the last :data:`CACHED_CHUNKS` are kept)."""
         if chunk in self._spans:
@@ -251,6 +281,7 @@ class TokenOrder(Order):
             self._spans.popitem(last=False)
         return planned
 
+    @locked
     def starts(self, chunk: int) -> torch.Tensor:
         """Where chunk ``chunk``'s batches begin (global positions, int64), kept once computed.
 
@@ -260,6 +291,7 @@ class TokenOrder(Order):
             self.span(chunk)
         return self._starts[chunk].to(torch.int64)
 
+    @locked
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         """Dataset indices (int64) at ``positions``; position ``p >= N`` holds ``order[p % N]``."""
         if positions.numel() == 0:

@@ -1,0 +1,87 @@
+"""``auto_epoch`` through loaders with workers: an iteration the loop never received from is
+not an epoch.
+
+torchdata's ``StatefulDataLoader`` with workers, restoring a state taken after an epoch's
+loop ended, builds an iterator that prefetches from the sampler (the next epoch) and is then
+discarded for a fresh one, since the restored epoch is finished. Counting that prefetch as
+an epoch made the resumed run skip one (it resumed at epoch 3 instead of 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
+
+stateful_dataloader = pytest.importorskip(
+    "torchdata.stateful_dataloader",
+    reason="torchdata is not installed (it is in the test extra: pip install torchdata)",
+)
+StatefulDataLoader = stateful_dataloader.StatefulDataLoader
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+
+SIZE = 40
+BATCH = 2
+KINDS = ("sampler", "batch", "wrapper", "tokens")
+
+
+def build(kind: str, workers: int, loader_type: Any = StatefulDataLoader) -> tuple[Any, Any]:
+    """A loader over rank 1 of 2 with ``auto_epoch=True``, and its sampler."""
+    data = range(SIZE)
+    sampler: Any
+    if kind == "sampler":
+        sampler = DistributedSampler(data, 2, 1, seed=5, auto_epoch=True)
+    elif kind == "wrapper":
+        inner = RandomSampler(data, generator=torch.Generator().manual_seed(9))
+        sampler = DistributedSamplerWrapper(inner, 2, 1, seed=5, auto_epoch=True)
+    elif kind == "batch":
+        sampler = DistributedBatchSampler(data, BATCH, 2, 1, seed=5, auto_epoch=True)
+        return loader_type(data, batch_sampler=sampler, num_workers=workers), sampler
+    else:
+        lengths = [1 + index % 5 for index in range(SIZE)]
+        sampler = DistributedTokenBatchSampler(lengths, 8, 2, 1, seed=5, auto_epoch=True)
+        return loader_type(data, batch_sampler=sampler, num_workers=workers), sampler
+    return loader_type(data, batch_size=BATCH, sampler=sampler, num_workers=workers), sampler
+
+
+def epoch(loader: Any) -> list[list[int]]:
+    return [batch.tolist() for batch in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_state_taken_after_an_epoch_ended_resumes_at_the_next_epoch(
+    kind: str, workers: int
+) -> None:
+    loader, sampler = build(kind, workers)
+    epochs = [epoch(loader), epoch(loader)]  # epochs 0 and 1
+    state = loader.state_dict()
+    epochs.append(epoch(loader))  # epoch 2
+    assert sampler.epoch == 2
+    resumed_loader, resumed = build(kind, workers)
+    resumed_loader.load_state_dict(state)
+    assert epoch(resumed_loader) == epochs[2], f"{kind}, {workers} workers: not epoch 2"
+    assert resumed.epoch == 2
+    assert epoch(resumed_loader) == epoch(loader)  # and on in step: epoch 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dataloader_iterator_whose_prefetch_never_reached_the_loop_is_not_an_epoch(
+    kind: str,
+) -> None:
+    loader, _ = build(kind, 2, DataLoader)
+    expected, _ = build(kind, 0, DataLoader)
+    unused = iter(loader)  # its workers prefetch epoch 0; nothing reaches a loop
+    assert epoch(loader) == epoch(expected)  # epoch 0, not 1
+    del unused
+    assert epoch(loader) == epoch(expected)  # epoch 1

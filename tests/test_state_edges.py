@@ -1,0 +1,197 @@
+"""The state at the edges: a second iterator mid-epoch, bool-likes written as attributes,
+``consumed`` counts that are not whole steps, and states that do not fit."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
+
+KINDS = ("sampler", "batch", "wrapper", "tokens")
+
+
+def make(kind: str, rank: int = 0, **options: Any) -> Any:
+    data = range(40)
+    if kind == "sampler":
+        return DistributedSampler(data, 2, rank, seed=3, **options)
+    if kind == "batch":
+        return DistributedBatchSampler(data, 3, 2, rank, seed=3, **options)
+    if kind == "wrapper":
+        options.pop("shuffle", None)  # a wrapped sampler's stream always shuffles
+        inner = RandomSampler(data, generator=torch.Generator().manual_seed(1))
+        return DistributedSamplerWrapper(inner, 2, rank, seed=3, **options)
+    lengths = [1 + index % 6 for index in range(40)]
+    return DistributedTokenBatchSampler(lengths, 12, 2, rank, seed=3, **options)
+
+
+# A second iterator mid-epoch -----------------------------------------------------------------
+
+
+def test_a_peek_while_the_loop_iterates_makes_state_dict_refuse_and_say_why() -> None:
+    """The loop has taken 30 of its 50 indices; a callback peeks with next(iter(sampler))."""
+    ranks = [DistributedSampler(range(100), 2, rank, seed=1) for rank in range(2)]
+    loops = [iter(sampler) for sampler in ranks]
+    taken = [list(islice(loop, 30)) for loop in loops]
+    with pytest.warns(UserWarning, match="iterated again"):
+        next(iter(ranks[0]))  # the callback's peek
+    with pytest.raises(
+        ValueError, match=r"ambiguous.*30 items handed out.*peek = copy\.copy\(sampler\)"
+    ):
+        ranks[0].state_dict()
+    # Peeking at a copy leaves the loop's progress alone: position 60, and the resume
+    # yields exactly the 20 indices the loop had left.
+    ranks[1].state_dict()  # untouched rank: fine
+    peek = copy.copy(ranks[1])
+    peek.set_epoch(ranks[1].epoch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert next(iter(peek)) == taken[1][0]
+    state = ranks[1].state_dict()
+    assert (state["position"], state["finished"]) == (60, False)
+    rest = list(loops[1])
+    resumed = DistributedSampler(range(100), 2, 1, seed=1)
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest
+    assert len(rest) == 20 and not set(rest) & set(taken[1])
+
+
+def test_state_dict_stays_refused_after_the_loop_ends_until_the_next_iteration() -> None:
+    sampler = DistributedSampler(range(100), 2, 0, seed=1, shuffle=False)
+    loop = iter(sampler)
+    list(islice(loop, 30))
+    next(iter(sampler))
+    list(loop)  # the loop finishes; the peek's iteration is still the sampler's
+    with pytest.raises(ValueError, match="ambiguous"):
+        sampler.state_dict()
+    sampler.set_epoch(1)
+    assert sampler.state_dict()["epoch"] == 1  # a new epoch chosen: a fresh state
+    list(sampler)
+    assert sampler.state_dict()["finished"]
+
+
+def test_a_loop_left_with_break_does_not_make_the_next_iteration_ambiguous() -> None:
+    sampler = DistributedSampler(range(100), 2, 0, shuffle=False)
+    for count, _ in enumerate(sampler):
+        if count == 5:
+            break
+    loop = iter(sampler)
+    list(islice(loop, 7))
+    assert sampler.state_dict()["position"] == 14
+
+
+def test_a_dataloader_starting_an_iteration_starts_the_loop_s() -> None:
+    sampler = DistributedSampler(range(100), 2, 0, shuffle=False)
+    held = iter(sampler)
+    next(held)
+    loader = iter(DataLoader(range(100), batch_size=5, sampler=sampler))
+    next(loader)
+    assert sampler.state_dict()["position"] == 10  # the DataLoader's one step of 5
+
+
+# Bool-likes written as attributes -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [np.True_, 1, torch.tensor(True)], ids=["numpy", "1", "tensor"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_shuffle_written_as_a_bool_like_counts_as_true(kind: str, value: Any) -> None:
+    sampler = make(kind, shuffle=False, auto_epoch=True)
+    sampler.shuffle = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first, second = list(sampler), list(sampler)
+    assert first != second, "auto_epoch must advance the shuffled epoch"
+    assert sampler.epoch == 1
+    state = sampler.state_dict()
+    assert state["shuffle"] is True
+    resumed = make(kind, shuffle=False, auto_epoch=True)
+    resumed.shuffle = value
+    resumed.load_state_dict(state)  # the sampler accepts its own state
+    assert list(resumed) == list(sampler)  # epoch 1 was finished: both run epoch 2
+    assert resumed.epoch == sampler.epoch == 2
+
+
+@pytest.mark.parametrize("value", [np.False_, 0], ids=["numpy", "0"])
+@pytest.mark.parametrize("kind", ["sampler", "batch", "tokens"])
+def test_shuffle_written_as_a_false_bool_like_counts_as_false(kind: str, value: Any) -> None:
+    sampler = make(kind)
+    sampler.shuffle = value
+    iterator = iter(sampler)
+    next(iterator)
+    state = sampler.state_dict()
+    assert state["shuffle"] is False
+    resumed = make(kind)
+    resumed.shuffle = value
+    resumed.load_state_dict(state)
+    assert list(resumed) == list(iterator)
+
+
+# consumed= that is not whole steps ----------------------------------------------------------
+
+
+def _uneven_ranks() -> list[DistributedSampler[int]]:
+    """23 samples over 4 ranks with tail="uneven": ranks 0-2 take 6, rank 3 takes 5."""
+    ranks = [DistributedSampler(range(23), 4, rank, tail="uneven") for rank in range(4)]
+    for sampler in ranks:
+        list(sampler)
+    return ranks
+
+
+def test_a_short_rank_s_true_count_is_refused_naming_the_expected_count() -> None:
+    ranks = _uneven_ranks()
+    with pytest.raises(ValueError, match=r"consumed=5 is not a whole number .* expected 6"):
+        ranks[3].state_dict(consumed=5, batch_size=3)
+    with pytest.raises(ValueError, match=r"consumed=5 is rank 3's whole share.*at least 6"):
+        ranks[3].state_dict(consumed=5)
+    states = [sampler.state_dict(consumed=6, batch_size=3) for sampler in ranks]
+    assert all(state == states[0] for state in states)
+    assert states[0]["finished"]
+    # With batch size 1, after 5 steps, 5 is the right count: the others have one more step.
+    assert ranks[3].state_dict(consumed=5, batch_size=1)["position"] == 20
+    assert not ranks[3].state_dict(consumed=5, batch_size=1)["finished"]
+
+
+def test_the_batch_size_of_the_dataloader_reading_the_sampler_checks_consumed() -> None:
+    sampler = DistributedSampler(range(40), 2, 0)
+    loader = iter(DataLoader(range(40), batch_size=4, sampler=sampler))
+    next(loader)
+    with pytest.raises(ValueError, match=r"batch_size=4 .* expected 4"):
+        sampler.state_dict(consumed=3)
+    assert sampler.state_dict(consumed=4)["position"] == 8
+
+
+def test_batch_size_is_refused_for_a_batch_sampler() -> None:
+    sampler = make("batch")
+    next(iter(sampler))
+    with pytest.raises(ValueError, match="batch_size is for index samplers"):
+        sampler.state_dict(consumed=1, batch_size=3)
+
+
+# States that do not fit ---------------------------------------------------------------------
+
+
+def test_state_keys_of_mixed_types_are_a_value_error_naming_the_key() -> None:
+    sampler = make("sampler")
+    state: dict[Any, Any] = dict(sampler.state_dict())
+    state[1] = "x"
+    with pytest.raises(ValueError, match=r"field names are strings.* field 1 \(int\)"):
+        sampler.load_state_dict(state)
+
+
+@pytest.mark.parametrize(("writer", "reader"), [("tokens", "sampler"), ("sampler", "tokens")])
+def test_a_state_of_another_sampler_kind_names_the_kind(writer: str, reader: str) -> None:
+    state = make(writer).state_dict()
+    with pytest.raises(ValueError, match=f"'sampler' is '{type(make(writer)).__name__}'"):
+        make(reader).load_state_dict(state)
