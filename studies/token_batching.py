@@ -159,7 +159,8 @@ SAMPLERS: dict[str, Callable[..., Shares | None]] = {
 
 
 def batch_size_like(shares: Shares) -> int:
-    """The fixed batch size with the same mean samples (hence tokens) per batch."""
+    """The fixed batch size nearest ours' mean samples per batch (rounded: about, not
+    exactly, the same mean tokens per step)."""
     batches = [batch for share in shares for batch in share]
     return max(1, round(sum(map(len, batches)) / len(batches)))
 

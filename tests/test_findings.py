@@ -646,7 +646,21 @@ def test_resume_repeats_and_loses_only_what_the_tail_allows() -> None:
     ours = table[table["how the job resumes"].isin(list(resume.OURS.values()))]
     ended = ours[ours["stopped"] == "epoch end"]
     assert len(ended) > 0 and (ended["received after the resume"] == 0).all()
-    assert f"nothing more of it in all {len(ended)} end-of-epoch" in finding.prose
+    # A configuration is one row per way of resuming: the tails multiply runs, not
+    # configurations.
+    per_tail = ended.groupby("how the job resumes").size()
+    assert len(per_tail) == len(resume.OURS) and per_tail.nunique() == 1
+    configurations = int(per_tail.iloc[0])
+    assert configurations * len(resume.OURS) == len(ended)
+    assert (
+        f"nothing more of it in all {configurations} end-of-epoch configurations with each "
+        f"of the {len(resume.OURS)} tails ({len(ended)} runs)" in finding.prose
+    )
+    assert (
+        f"in all {len(ended)} runs ({configurations} end-of-epoch configurations x "
+        f"{len(resume.OURS)} tails)" in finding.claim
+    )
+    assert f"in all {len(ended)} configurations" not in finding.claim + finding.prose
     restarted = restart[restart["stopped"] == "epoch end"]
     assert (restarted["received after the resume"] >= restarted["dataset size"]).all()
     # The skipping approach, written out from the documented layout.

@@ -12,6 +12,7 @@ import torch
 
 from studies import token_bench, token_lengths
 from studies.findings import build, token_batches
+from studies.findings.wording import count_of
 from studies.token_batching import greedy_batches, measure, order_change, sorted_by_size
 
 NAMES = token_batches.NAMES
@@ -42,7 +43,23 @@ def test_the_claim_holds_in_the_tables(finding, table) -> None:
     assert (ours["equal batch counts"] == "yes").all()
     assert (ours["padded efficiency"] >= 0.90).all()
     assert (ours["straggler ratio"] <= 1.05).all()
-    # A fixed batch size with the same mean tokens pads more and exceeds the budget.
+    # A fixed batch size of ours' mean samples per batch (rounded) pads more and exceeds
+    # the budget; it takes the same steps (the same mean tokens per step) only in some
+    # configurations: on the torch source files more (172 against 167 on 4 ranks).
+    stock = rows(table, "stock")
+    more = stock["steps"] > ours["steps"]
+    same = (stock["steps"] == ours["steps"]) & (stock["samples repeated"] == 0)
+    assert more.any()
+    ratio = stock["steps"] / ours["steps"]
+    words = (
+        f"the same steps and so the same mean tokens per step in "
+        f"{count_of(int(same.sum()), len(ours), 'configurations')}, more steps in "
+        f"{count_of(int(more.sum()), len(ours), 'configurations')}"
+    )
+    assert words in finding.prose
+    assert f"{ratio.min():.3f} to {ratio.max():.3f} times ours" in finding.prose
+    assert "same mean tokens per step:" not in finding.prose
+    assert "with the same mean tokens" not in finding.claim
     fixed = ["stock"] + (
         ["length-grouped"] if NAMES["length-grouped"] in set(table["sampler"]) else []
     )

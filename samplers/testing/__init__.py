@@ -8,7 +8,8 @@ A *factory* is a callable taking the keyword arguments ``dataset``, ``num_replic
 ``rank``, ``seed`` and ``batch_size`` (it is passed only those its signature names, or
 all of them when it takes ``**kwargs``) and returning a sampler that yields dataset
 indices, or a batch sampler that yields lists of indices; the kit tells them apart by
-what they yield. The dataset is ``range(dataset_size)``.
+the first item they yield, never by an epoch that yields nothing. The dataset is
+``range(dataset_size)``.
 
 Each guarantee is a plain function ``(factory, configuration) -> None`` that raises
 :class:`Violation` (an ``AssertionError``) naming the rank, the epoch and what went wrong,

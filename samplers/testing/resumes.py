@@ -26,13 +26,13 @@ from samplers.testing.running import (
     build,
     epoch_outputs,
     indices,
-    is_batched,
     iterate,
     load,
     plural,
     samples,
     set_epoch,
     state_of,
+    yields_batches,
 )
 
 __all__ = ["FOLLOWING_EPOCHS", "checkpoints", "resumes_other_world_size", "resumes_same_world_size"]
@@ -196,7 +196,11 @@ def tail_allowance(
 ) -> tuple[int, int]:
     """How many indices the sampler's own tail policy repeats and drops at most, on
     ``world`` ranks: ``unit - 1`` each (unit = ``world`` times the batch size for a batch
-    sampler) when an uninterrupted epoch that does not divide evenly shows it, else 0."""
+    sampler) when an uninterrupted epoch that does not divide evenly shows it, else 0.
+
+    ``batched``: whether the sampler yields batches, from :func:`yields_batches` (never
+    from an epoch that yields nothing, which would make a batch sampler that drops its
+    tail look like an index sampler, allowed ``world - 1`` instead of ``unit - 1``)."""
     unit = world * (configuration.batch_size if batched else 1)
     if unit == 1:
         return 0, 0
@@ -222,7 +226,7 @@ def resumes_other_world_size(factory: Factory, configuration: Configuration) -> 
     state_of(build(factory, configuration, 0))  # unsupported before any work
     run = _epochs(factory, configuration, world)
     counts = [len(items) for items in run[0]]
-    batched = is_batched(run[0])
+    batched = yields_batches(factory, configuration, run[0])
     may_repeat, may_drop = (
         max(pair)
         for pair in zip(

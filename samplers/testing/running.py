@@ -3,8 +3,9 @@
 A *factory* is a callable taking the keyword arguments ``dataset``, ``num_replicas``,
 ``rank``, ``seed`` and ``batch_size`` (it is passed only those its signature names, or all
 of them when it takes ``**kwargs``) and returning a sampler that yields dataset indices, or
-a batch sampler that yields lists of indices; the kit tells them apart by what they yield.
-The dataset is ``range(dataset_size)``.
+a batch sampler that yields lists of indices; the kit tells them apart by the first item
+they yield, never by an empty epoch (:func:`yields_batches`). The dataset is
+``range(dataset_size)``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 import operator
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ __all__ = [
     "build",
     "epoch_outputs",
     "iterate",
+    "yields_batches",
 ]
 
 Factory = Callable[..., Any]
@@ -230,7 +232,51 @@ def epoch_outputs(factory: Factory, configuration: Configuration) -> list[list[A
 
 
 def is_batched(outputs: Sequence[Sequence[Any]]) -> bool:
+    """Whether these outputs hold a batch; says nothing of a sampler whose outputs are
+    empty (see :func:`yields_batches`)."""
     return any(isinstance(value, list) for items in outputs for value in items)
+
+
+def _first_item(factory: Factory, configuration: Configuration) -> Any:
+    """The first item any rank yields in the configuration's epoch, or ``None``."""
+    for rank in range(configuration.world_size):
+        sampler = build(factory, configuration, rank)
+        set_epoch(sampler, configuration.epoch)
+        first = iterate(sampler, limit=1)
+        if first:
+            return first[0]
+    return None
+
+
+def yields_batches(
+    factory: Factory,
+    configuration: Configuration,
+    outputs: Sequence[Sequence[Any]] | None = None,
+) -> bool:
+    """Whether the factory's samplers yield batches (lists of indices) rather than indices.
+
+    Read from the first item of a non-empty epoch, never inferred from an empty one: the
+    configuration's epoch (``outputs``, when already run), else the same world size and
+    batch size on a dataset of ``2 * world_size * batch_size`` samples more (a batch
+    sampler that drops its tail yields nothing from fewer than ``world_size *
+    batch_size``), else the configuration's own epoch. Only a sampler that yields nothing
+    in either (or raises for both) is told by what it is: a batch sampler when it is a
+    torch ``BatchSampler`` or has a ``batch_size`` attribute.
+    """
+    if outputs is not None and any(items for items in outputs):
+        return is_batched(outputs)
+    unit = 2 * configuration.world_size * configuration.batch_size
+    larger = replace(configuration, dataset_size=configuration.dataset_size + unit)
+    for probe in (larger, configuration):
+        try:
+            first = _first_item(factory, probe)
+            if first is not None:
+                return isinstance(first, list)
+            sampler = build(factory, probe, 0)
+        except Exception:  # it does not take this probe: the next one, or what it is
+            continue
+        return isinstance(sampler, BatchSampler) or hasattr(sampler, "batch_size")
+    return False
 
 
 def indices(items: Sequence[Any]) -> list[int]:

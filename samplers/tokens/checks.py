@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["checked_lengths", "choice", "warn_over_budget"]
+__all__ = ["OVER_BUDGET", "checked_lengths", "choice", "warn_over_budget"]
 
 
 def checked_lengths(lengths: Any) -> torch.Tensor:
@@ -48,7 +48,22 @@ def choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
-def warn_over_budget(lengths: torch.Tensor, max_tokens: int) -> None:
+#: What each tail does to a sample longer than ``max_tokens`` (a batch of its own), as
+#: the over-budget warning says it.
+OVER_BUDGET = {
+    "uneven": "with tail='uneven' each is handed out exactly once per epoch",
+    "pad": "with tail='pad' each is handed out at least once per epoch",
+    "drop": (
+        "with tail='drop' each can be left out of an epoch, like any batch among the last "
+        "ones that do not fill a step (fewer than num_replicas); use tail='uneven' or "
+        "'pad' to keep every one"
+    ),
+}
+
+
+def warn_over_budget(lengths: torch.Tensor, max_tokens: int, tail: str) -> None:
+    """Warn when samples are longer than ``max_tokens``, saying what ``tail`` does to
+    them (:data:`OVER_BUDGET`)."""
     if lengths.numel() == 0 or int(lengths.max()) <= max_tokens:
         return
     count = int(torch.count_nonzero(lengths > max_tokens))
@@ -57,7 +72,7 @@ def warn_over_budget(lengths: torch.Tensor, max_tokens: int) -> None:
         warnings.warn(
             f"{count} sample(s) are longer than max_tokens={max_tokens} (the longest: index "
             f"{longest}, {int(lengths[longest])} tokens); each forms a batch of its own that "
-            "costs more than max_tokens (none is dropped)",
+            f"costs more than max_tokens; {OVER_BUDGET[tail]}",
             UserWarning,
             stacklevel=3,
         )

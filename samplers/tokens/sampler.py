@@ -33,7 +33,8 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
     length times the count, as a batch padded to its longest sample costs; ``"sum"``: the
     sum of the lengths, for packed sequences), except that a sample longer than
     ``max_tokens`` forms a batch of its own (a ``UserWarning`` at construction counts
-    them; none is ever dropped). Every rank yields the same number of batches (one
+    them; ``tail`` below says whether it is handed out). Every rank yields the same number
+    of batches (one
     exception below, with ``tail="uneven"``), so a collective run once per batch cannot
     wait on a rank that has finished; and the ``W`` batches of each step are neighbours
     in a cost-sorted run of the epoch order, so they cost about the same. Every rank
@@ -48,12 +49,14 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
 
     ``tail`` decides what happens when the batches do not divide over the ranks:
 
-    * ``"uneven"`` (default): every sample exactly once per epoch; the last batches are
-      cut in two until the count divides. Only an epoch with fewer than
-      ``num_replicas - 1`` batches of two samples or more (e.g. fewer samples than
+    * ``"uneven"`` (default): every sample exactly once per epoch, an over-long one too;
+      the last batches are cut in two until the count divides. Only an epoch with fewer
+      than ``num_replicas - 1`` batches of two samples or more (e.g. fewer samples than
       ranks) gives the last ranks one batch fewer, with a warning;
-    * ``"pad"``: the last step is completed with the epoch's first batches again;
-    * ``"drop"``: fewer than ``num_replicas`` batches at the end are not handed out.
+    * ``"pad"``: every sample at least once per epoch, an over-long one too; the last
+      step is completed with the epoch's first batches again;
+    * ``"drop"``: fewer than ``num_replicas`` batches at the end are not handed out; an
+      over-long sample whose batch is one of them is left out of that epoch.
 
     The number of batches depends on the epoch's shuffle, so ``len(sampler)`` can differ
     from epoch to epoch (by a few batches); it is the count of the epoch currently set.
@@ -143,7 +146,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
-        warn_over_budget(self.lengths, self.max_tokens)
+        warn_over_budget(self.lengths, self.max_tokens, self.tail)
 
     # Plans ----------------------------------------------------------------------------------
 

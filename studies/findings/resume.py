@@ -273,8 +273,9 @@ def claim(found: Facts) -> str:
         "world size whose layout ended the epoch (W' when resumed mid-epoch, W when the epoch "
         f"had ended), in {found.held['pad']} and {found.held['drop']}. Stopped after the "
         "epoch's last step, our state handed out nothing more of the epoch in "
-        f"{count_of(found.ours_ended_nothing, found.ended * len(OURS), 'configurations')}, "
-        f"where restarting replayed at least {found.restart_ended_least} indices."
+        f"{count_of(found.ours_ended_nothing, found.ended * len(OURS), 'runs')} "
+        f"({found.ended} end-of-epoch configurations x {len(OURS)} tails), where restarting "
+        f"replayed at least {found.restart_ended_least} indices."
     )
 
 
@@ -352,8 +353,8 @@ def build() -> Evidence:
         "or more indices of the finished epoch in every end-of-epoch configuration), "
         "while our samplers' state, which then says the epoch is finished, "
         + (
-            f"handed out nothing more of it in all {ours_ended} end-of-epoch "
-            "configurations, every tail"
+            f"handed out nothing more of it in all {found.ended} end-of-epoch "
+            f"configurations with each of the {len(OURS)} tails ({ours_ended} runs)"
             if found.ours_ended_nothing == ours_ended
             else "did NOT always hand out nothing more of it"
         )

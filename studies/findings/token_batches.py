@@ -185,9 +185,9 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
     if stock is not None:
         over = stock["batches over max_tokens"] / stock["steps"] / stock["ranks"]
         text += (
-            f"\n\nA fixed batch size with ours' mean samples per batch (the same mean tokens "
-            "per step: batches of "
-            f"{_range(stock['batches of'].str.split().str[0].astype(int), 'd')} samples) "
+            f"\n\nA fixed batch size of ours' mean samples per batch, rounded (batches of "
+            f"{_range(stock['batches of'].str.split().str[0].astype(int), 'd')} samples; "
+            f"{steps_against_ours(table, stock)}) "
             "through the stock sampler had a padded efficiency of "
             f"{_range(stock['padded efficiency'], '.3f')}, straggler ratios of "
             f"{_range(stock['straggler ratio'], '.3f')}, put {_range(over, '.0%')} of its "
@@ -265,6 +265,28 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
     return text
 
 
+def steps_ratio(table: pd.DataFrame, other: pd.DataFrame) -> pd.Series:
+    """Per configuration, ``other``'s steps per epoch over ours'."""
+    ours = table[table["sampler"] == OURS].set_index(["data", "ranks"])["steps"]
+    return other.set_index(["data", "ranks"])["steps"] / ours
+
+
+def steps_against_ours(table: pd.DataFrame, other: pd.DataFrame) -> str:
+    """How many steps the fixed batch size took against ours, in words: the same mean
+    tokens per step only where it took the same steps and repeated no sample."""
+    ratio = steps_ratio(table, other)
+    repeated = other.set_index(["data", "ranks"])["samples repeated"]
+    ours = table[table["sampler"] == OURS]
+    same = int(((ratio == 1) & (repeated == 0)).sum())
+    return (
+        f"{_range(other['steps'], 'd')} steps per epoch against ours' "
+        f"{_range(ours['steps'], 'd')}, {_range(ratio, '.3f')} times ours: the same steps "
+        f"and so the same mean tokens per step in "
+        f"{count_of(same, len(ratio), 'configurations')}, more steps in "
+        f"{count_of(int((ratio > 1).sum()), len(ratio), 'configurations')}"
+    )
+
+
 def claim(table: pd.DataFrame) -> str:
     """The claim, every count and quantifier read from the side-by-side table."""
     ours = table[table["sampler"] == OURS].set_index(["data", "ranks"])
@@ -288,8 +310,8 @@ def claim(table: pd.DataFrame) -> str:
         f"straggler ratio at most {TARGETS['straggler ratio']}) in {of(met)}."
     )
     subjects = {
-        "stock": "A fixed batch size with the same mean tokens per step, through the stock "
-        "sampler,",
+        "stock": "A fixed batch size of ours' mean samples per batch (rounded), through the "
+        "stock sampler,",
         "length-grouped": "The same batch size through transformers' length-grouped sampler",
     }
     for key, subject in subjects.items():
@@ -388,8 +410,8 @@ def answer(finding: Finding) -> tuple[str, str, str]:
         "`batch_sampler`: batches under a token budget, the same number on every rank, "
         "balanced per step, resumable on any world size.",
         f"[{NAME}]({NAME}.md): padded efficiency {_range(ours['padded efficiency'], '.2f')} "
-        f"against {_range(stock['padded efficiency'], '.2f')} for a fixed batch size with the "
-        f"same mean tokens, straggler ratio at most {ours['straggler ratio'].max():.3f}, "
+        f"against {_range(stock['padded efficiency'], '.2f')} for a fixed batch size of ours' "
+        f"mean samples per batch, straggler ratio at most {ours['straggler ratio'].max():.3f}, "
         f"{int(ours['batches over max_tokens'].sum())} batches over max_tokens (fixed batch "
         f"size: up to {stock['largest batch / max_tokens'].max():.1f} times it).",
     )
