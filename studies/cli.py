@@ -5,7 +5,8 @@ epoch and rank by rank, the batches each rank's DataLoader yields, then the case
 summary and what is wrong with it and how to fix it. ``--format csv`` prints the tidy
 rows (``studies.simulate.COLUMNS``); ``--format json`` one object with the ``rows``, the
 ``summary`` (``studies.summary.COLUMNS``) and the ``verdicts``. ``--summary`` skips the
-batches and computes the summary from the sampler's plan (any dataset size).
+batches and computes the summary from the sampler's plan (any dataset size), and what
+each sampler holds in memory per rank (``studies.sampler_memory``; JSON: ``memory``).
 ``--launch`` runs real local processes (``studies.distributed.case_runs``) instead of
 simulating; the output is the same either way.
 
@@ -279,6 +280,7 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse.Namespace) -> int:
     from studies.plan_summary import planned_summary
+    from studies.sampler_memory import memory_per_rank
     from studies.verdicts import verdicts
 
     if case.implementation == "none" and case.shuffle:
@@ -297,10 +299,17 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
     _loader_options(parser, args, case)  # checked, though the plan needs no DataLoader
     summary = planned_summary(case)
     found = verdicts(case, summary)
+    held = memory_per_rank(case)
     if args.format == "json":
-        sys.stdout.write(_json({"summary": summary, "verdicts": _verdict_records(found)}))
+        memory = [entry.record() for entry in held]
+        records = {"summary": summary, "memory": memory, "verdicts": _verdict_records(found)}
+        sys.stdout.write(_json(records))
     else:
-        sys.stdout.write("\n\n".join([_case_line(case), *_summary_parts(summary, found)]) + "\n")
+        numbers, *verdict_parts = _summary_parts(summary, found)
+        lines = [f"{entry.sampler:<25} {entry.text()}" for entry in held]
+        memory_part = "Memory per rank, each epoch (computed from the sizes)\n" + "\n".join(lines)
+        parts = [_case_line(case), numbers, memory_part, *verdict_parts]
+        sys.stdout.write("\n\n".join(parts) + "\n")
     return 0
 
 
