@@ -25,11 +25,8 @@ import os
 import sys
 from typing import Any
 
-from tabulate import tabulate
-
-from samplers.testing import ARGUMENTS
-
 __all__ = [
+    "ARGUMENTS",
     "DEFAULT_TIMEOUT",
     "SHOWN",
     "add_parser",
@@ -39,6 +36,9 @@ __all__ = [
     "run",
 ]
 
+#: The keyword arguments the kit passes a factory (``samplers.testing.ARGUMENTS``, which
+#: a test compares): named here so that parsing ``check``'s options imports no torch.
+ARGUMENTS = ("dataset", "num_replicas", "rank", "seed", "batch_size")
 #: How ``holds`` reads in the table.
 SHOWN = {True: "held", False: "violated", None: "not supported"}
 #: Seconds a configuration may take by default, and at most.
@@ -167,6 +167,8 @@ def render_table(reference: str, results: list[dict[str, Any]]) -> str:
         ]
         for result in results
     ]
+    from tabulate import tabulate
+
     table = tabulate(
         rows,
         headers=["guarantee", "result", "smallest counterexample", "what a user sees"],

@@ -5,7 +5,8 @@ epoch and rank by rank, the batches each rank's DataLoader yields, then the case
 summary and what is wrong with it and how to fix it. ``--format csv`` prints the tidy
 rows (``studies.simulate.COLUMNS``); ``--format json`` one object with the ``rows``, the
 ``summary`` (``studies.summary.COLUMNS``) and the ``verdicts``. ``--summary`` skips the
-batches and computes the summary from the sampler's plan (any dataset size).
+batches and computes the summary from the sampler's plan (any dataset size), and what
+each sampler holds in memory per rank (``studies.sampler_memory``; JSON: ``memory``).
 ``--launch`` runs real local processes (``studies.distributed.case_runs``) instead of
 simulating; the output is the same either way.
 
@@ -36,19 +37,17 @@ from collections.abc import Sequence
 from dataclasses import fields
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-from tabulate import tabulate
+from typing import TYPE_CHECKING, Any
 
 from studies import check_cli
 from studies.bench import cli as bench
 from studies.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
-from studies.options import size
-from studies.simulate import case_rows, frame
-from studies.summary import SUMMARY_COLUMNS, summarize
-from studies.tables import to_csv_text, to_json_records
-from studies.verdicts import Verdict, verdicts
+from studies.options import Parser, size
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from studies.verdicts import Verdict
 
 __all__ = ["build_parser", "main", "render_table"]
 
@@ -84,7 +83,7 @@ _OPTIONS = {field.name: f"--{field.name.replace('_', '-')}" for field in fields(
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dsampler`` parser with its ``explain``, ``observe`` and ``report`` commands."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dsampler",
         description="What DistributedSampler + DataLoader hand each rank.",
         epilog="Without a command, dsampler prints this help and exits with status 2.",
@@ -263,6 +262,8 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.summary:
         return _explain_summary(parser, case, args)
     options = _loader_options(parser, args, case)
+    from studies.simulate import case_rows, frame
+
     try:
         if args.launch:
             from studies.distributed.case_runs import run_case
@@ -279,6 +280,8 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse.Namespace) -> int:
     from studies.plan_summary import planned_summary
+    from studies.sampler_memory import memory_per_rank
+    from studies.verdicts import verdicts
 
     if case.implementation == "none" and case.shuffle:
         parser.error(
@@ -296,10 +299,17 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
     _loader_options(parser, args, case)  # checked, though the plan needs no DataLoader
     summary = planned_summary(case)
     found = verdicts(case, summary)
+    held = memory_per_rank(case)
     if args.format == "json":
-        sys.stdout.write(_json({"summary": summary, "verdicts": _verdict_records(found)}))
+        memory = [entry.record() for entry in held]
+        records = {"summary": summary, "memory": memory, "verdicts": _verdict_records(found)}
+        sys.stdout.write(_json(records))
     else:
-        sys.stdout.write("\n\n".join([_case_line(case), *_summary_parts(summary, found)]) + "\n")
+        numbers, *verdict_parts = _summary_parts(summary, found)
+        lines = [f"{entry.sampler:<25} {entry.text()}" for entry in held]
+        memory_part = "Memory per rank, each epoch (computed from the sizes)\n" + "\n".join(lines)
+        parts = [_case_line(case), numbers, memory_part, *verdict_parts]
+        sys.stdout.write("\n\n".join(parts) + "\n")
     return 0
 
 
@@ -347,10 +357,10 @@ def _loader_options(
     parser: argparse.ArgumentParser, args: argparse.Namespace, case: Case
 ) -> dict[str, Any]:
     """The DataLoader worker options for ``case``, as the real-process run passes them."""
-    from studies.distributed.case_runs import Run
-
     if args.persistent_workers and args.num_workers == 0:
         parser.error("--persistent-workers needs --num-workers 1 or more, got --num-workers 0")
+    from studies.distributed.case_runs import Run
+
     return Run(case, args.num_workers, args.persistent_workers).loader_options()
 
 
@@ -404,6 +414,10 @@ def _output(
     ``source`` marks every row (observe: ``processes``); ``extra`` is added to the JSON
     object and ``extra_text`` appended to the table.
     """
+    from studies.summary import summarize
+    from studies.tables import to_csv_text, to_json_records
+    from studies.verdicts import verdicts
+
     marked = {"source": source} if source else {}
     if form == "csv":
         text = to_csv_text(rows)
@@ -451,6 +465,11 @@ def render_table(case: Case, rows: pd.DataFrame, *, source: str | None = None) -
     the summary numbers, then each verdict with its fix, or "No problems found.".
     ``source`` (e.g. ``processes``) is named under the case.
     """
+    from tabulate import tabulate
+
+    from studies.summary import summarize
+    from studies.verdicts import verdicts
+
     parts = [_case_line(case, source)]
     listing = rows.sort_values(["epoch", "rank", "batch"])
     for epoch in range(case.epochs):
@@ -471,6 +490,10 @@ def render_table(case: Case, rows: pd.DataFrame, *, source: str | None = None) -
 
 def _summary_parts(summary: dict[str, Any], found: list[Verdict]) -> list[str]:
     """The summary numbers, then the verdicts (or "No problems found.")."""
+    from tabulate import tabulate
+
+    from studies.summary import SUMMARY_COLUMNS
+
     numbers = tabulate(
         [[name, _shown(summary[name])] for name in SUMMARY_COLUMNS],
         tablefmt="plain",
@@ -507,6 +530,7 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         process_group,
         require_environment,
     )
+    from studies.simulate import frame
 
     _check_bounds(parser, args)
     if not 0 < args.timeout <= MAX_TIMEOUT:

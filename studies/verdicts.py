@@ -23,6 +23,9 @@ cause and the fix) and returns the problems found, in a fixed order:
     Shuffling without ``set_epoch``: every epoch repeats epoch 0's order.
 ``uneven-batch-counts``
     Ranks run different numbers of steps, so collectives stop matching up.
+``memory-beyond-any-machine``
+    The case's sampler holds more than 1 TiB on every rank
+    (:mod:`studies.sampler_memory`, computed from the sizes).
 
 Every number in a finding is the case's own. Every fix is checked against the case
 before it is advised: the changed configuration is recomputed from the sampler's plan
@@ -44,6 +47,7 @@ from typing import Any
 from samplers.plan import ShardSizes
 from studies.cases import Case
 from studies.plan_summary import loader_shares
+from studies.sampler_memory import memory_problem
 from studies.simulate import rank_batches
 
 __all__ = ["SIMULATED_MAX_SAMPLES", "VERDICT_NAMES", "Verdict", "verdicts"]
@@ -454,6 +458,11 @@ def _uneven_batch_counts(case: Case, row: Summary) -> Verdict | None:
     )
 
 
+def _memory(case: Case, row: Summary) -> Verdict | None:
+    found = memory_problem(case)
+    return None if found is None else Verdict(*found)
+
+
 _CHECKS: tuple[Callable[[Case, Summary], Verdict | None], ...] = (
     _fewer_samples_than_ranks,
     _no_sampler,
@@ -463,6 +472,7 @@ _CHECKS: tuple[Callable[[Case, Summary], Verdict | None], ...] = (
     _empty_loader,
     _order_repeated,
     _uneven_batch_counts,
+    _memory,
 )
 
 #: Every verdict name, in the order :func:`verdicts` reports them.
@@ -476,4 +486,5 @@ VERDICT_NAMES = (
     "empty-loader",
     "order-repeated",
     "uneven-batch-counts",
+    "memory-beyond-any-machine",
 )

@@ -6,6 +6,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -140,16 +142,16 @@ def test_table_says_when_nothing_is_wrong_or_a_rank_is_empty(
 def test_worker_options_reach_the_in_process_dataloaders(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import studies.cli
+    import studies.simulate
 
     seen: list[dict[str, Any]] = []
-    real = studies.cli.case_rows
+    real = studies.simulate.case_rows
 
     def spy(case: Case, **options: Any) -> list[dict[str, Any]]:
         seen.append(options)
         return real(case, **options)
 
-    monkeypatch.setattr(studies.cli, "case_rows", spy)
+    monkeypatch.setattr(studies.simulate, "case_rows", spy)  # explain imports it when run
     _, without, _ = run(capsys, *BASE, "--format", "csv")
     code, with_workers, _ = run(capsys, *BASE, "--format", "csv", "--num-workers", "1")
     assert code == 0
@@ -405,7 +407,17 @@ def test_a_failed_report_writes_nothing_and_a_rerun_is_accepted(
         ),
         (["--dataset-size", "1e5", "--epochs", "3"], "got 100000 x 3 = 300,000"),
         (["--dataset-size", "100001"], "--summary takes any size"),
-        (["--dataset-size", "1.5e3"], "argument --dataset-size: invalid size '1.5e3'"),
+        (["--dataset-size", "1.55e1"], "invalid size '1.55e1': 15.5 is not a whole number"),
+        (["--dataset-size", "1e65"], "invalid size '1e65': more than 65 digits"),
+        (
+            ["--dataset-sise", "1000"],
+            "unrecognized option --dataset-sise; did you mean --dataset-size?",
+        ),
+        (["--drop_last"], "unrecognized option --drop_last; did you mean --drop-last?"),
+        (
+            ["--format=jsn"],
+            "invalid choice: 'jsn' (choose from 'table', 'csv', 'json'); did you mean json?",
+        ),
         (
             ["--world-size", "1024", "--epochs", "3"],
             "--world-size times --epochs must be at most 2,048, got 1024 x 3 = 3,072",
@@ -571,3 +583,105 @@ def test_the_console_names_the_study_extra_when_a_module_is_missing(
     err = capsys.readouterr().err
     assert err.startswith("dsampler: error: no_such_study_lib is not installed: install the")
     assert "install the study extra" in err and err.count("\n") == 1
+
+
+def test_a_misspelt_option_is_named_with_the_closest_before_required_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # argparse alone said "required: --dataset-size" for the first and showed the top-level
+    # usage for the second.
+    code, _, err = run(capsys, "explain", "--dataset-sise", "1000", "--world-size", "2")
+    assert code == 2
+    assert err.startswith("usage: dsampler explain")
+    assert "required" not in err
+    assert err.endswith(
+        "dsampler explain: error: unrecognized option --dataset-sise; "
+        "did you mean --dataset-size?\n"
+    )
+    code, _, err = run(capsys, *BASE, "--drop_last")
+    assert code == 2
+    assert err.startswith("usage: dsampler explain")
+    assert "did you mean --drop-last?" in err
+    code, _, err = run(capsys, "explian")
+    assert code == 2
+    assert err.endswith("; did you mean explain?\n")
+    code, _, err = run(capsys, "bench", "--world-sizez", "3")
+    assert code == 2
+    assert (
+        "dsampler bench: error: unrecognized option --world-sizez; did you mean --world-sizes?"
+        in err
+    )
+    # What argparse accepts is still accepted: a unique prefix, --option=value, "--".
+    code, out, err = run(capsys, *BASE, "--drop", "--format=json", "--epochs", "1")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["summary"]["drop_last"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1.5e3", 1500), ("1500.0", 1500), ("15e2", 1500), ("10**3", 1000), ("1E3", 1000)],
+)
+def test_sizes_written_as_whole_floats_are_read_exactly(
+    capsys: pytest.CaptureFixture[str], text: str, value: int
+) -> None:
+    code, out, err = run(
+        capsys,
+        "explain",
+        "--dataset-size",
+        text,
+        "--world-size",
+        "2",
+        "--batch-size",
+        "4",
+        "--summary",
+        "--format",
+        "json",
+    )
+    assert (code, err) == (0, "")
+    assert json.loads(out)["summary"]["dataset_size"] == value
+
+
+_IMPORTED = """
+import sys
+from studies.console import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "pandas", "tabulate", "samplers", "hypothesis")
+               if m in sys.modules)
+print("EXIT", code, "IMPORTED", heavy, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["explain", "--help"],
+        ["check", "--help"],
+        ["bench", "--help"],
+        ["explain", "--dataset-sise", "1000"],
+        ["explain", "--dataset-size", "1.5", "--world-size", "2", "--batch-size", "4"],
+        ["explain", *BASE[1:], "--world-size", "0"],
+        ["explain", *BASE[1:], "--persistent-workers"],
+        ["check", "mod:factory", "--timeout", "0"],
+        ["explian"],
+    ],
+)
+def test_help_and_argument_errors_import_neither_torch_nor_the_studies(argv: list[str]) -> None:
+    # Importing torch and pandas took 1.5 to 16 s before --help or an error was printed.
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("EXIT 0" if "--help" in argv else "EXIT 2"), done.stderr
+    assert last.endswith("IMPORTED []"), done.stderr
+
+
+def test_the_check_commands_argument_names_are_the_kits() -> None:
+    from samplers.testing import ARGUMENTS
+    from studies.check_cli import ARGUMENTS as NAMED
+
+    assert NAMED == ARGUMENTS

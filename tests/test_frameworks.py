@@ -37,9 +37,11 @@ from studies.findings.frameworks import (
     NEVER_FEWEST,
     NEVER_SET,
     NO,
+    NO_SAMPLER,
     OPTIONS,
     OURS,
     PATHS,
+    REPEATED,
     RESHUFFLED,
     SAMPLER,
     SET_EPOCH,
@@ -89,6 +91,7 @@ def test_frameworks_claims_hold_in_real_processes(observed: list[list[Observed]]
         ("transformers", "Trainer._get_train_sampler"),
     ):
         usual = rows(table, framework=FRAMEWORKS[framework], how=PATHS[how])
+        assert (usual[SAMPLER] != NO_SAMPLER).all()
         assert (usual[STARTED] == YES).all() and (usual[NEVER_FEWEST] > 0).all()
         assert (usual[usual[SAMPLER] != SAMPLERS["stock"]][WARNED] == YES).all()
     # ... by keeping every second batch of the rank's own share (no split, no evening out).
@@ -105,6 +108,19 @@ def test_frameworks_claims_hold_in_real_processes(observed: list[list[Observed]]
             kept = [batch for e, batch in seen.batches if e == epoch]
             assert kept == own_batches(rank, epoch)[rank::WORLD_SIZE]
 
+    # accelerate's own path: a plain shuffled loader that it shards itself (directly, or in
+    # the Trainer given no sampler) loses nothing and pads with repeats; checked on the raw
+    # batches too.
+    plain = rows(table, sampler=NO_SAMPLER)
+    assert set(plain["framework"]) == {FRAMEWORKS["accelerate"], FRAMEWORKS["transformers"]}
+    assert (plain[STARTED] == YES).all() and (plain[NEVER] == 0).all()
+    assert (plain[SET_EPOCH] == "").all() and (plain[WARNED] == "").all()
+    for scenario, ranks in zip(SCENARIOS, observed, strict=True):
+        if scenario.sampler == "none":
+            for epoch in range(EPOCHS):
+                got = {i for r in ranks for e, b in r.batches if e == epoch for i in b}
+                assert got == set(range(DATASET_SIZE)), (scenario, epoch)
+
     # Lightning: our batch sampler fails to start under the defaults, and without them its
     # epoch is never set; a DistributedSampler is kept and its epoch set.
     for framework in ("lightning", "fabric"):
@@ -120,6 +136,9 @@ def test_frameworks_claims_hold_in_real_processes(observed: list[list[Observed]]
     # StatefulDataLoader never sets the epoch.
     stateful = rows(table, how=PATHS["StatefulDataLoader"])
     assert (stateful[SET_EPOCH] == NEVER_SET).all()
+    # nodes' SamplerWrapper sets it: one run (the other nodes rows are sampler_node's).
+    wrapper = rows(table, how=PATHS["nodes.SamplerWrapper"])
+    assert len(wrapper) == 1 and (wrapper[SET_EPOCH] == EVERY_EPOCH).all()
 
     # Through samplers.integrations: exactly once every epoch, the epoch set, no warning.
     ours = rows(table, ours=YES)
@@ -134,20 +153,29 @@ def test_frameworks_claims_hold_in_real_processes(observed: list[list[Observed]]
                 assert got == Counter(range(DATASET_SIZE)), (scenario, epoch)
 
     evidence = frameworks.evidence(observed)
-    worst = int(rows(table, framework="accelerate", ours="no")[NEVER].max())
+    assert "nodes' SamplerWrapper set it every epoch in the one run." in evidence.prose
+    handed = table[(table[OURS] == NO) & (table[SAMPLER] != NO_SAMPLER)]
+    worst = int(handed[handed["framework"] == FRAMEWORKS["accelerate"]][NEVER].max())
     assert f"up to {worst} of {DATASET_SIZE} were never seen" in evidence.prose
     assert f"all {len(ours)} runs saw every sample exactly once" in evidence.prose
     # The claim says what the table shows, no more.
-    resharding = table[
-        (table[OURS] == NO)
-        & table["framework"].isin([FRAMEWORKS["accelerate"], FRAMEWORKS["transformers"]])
+    resharding = handed[
+        handed["framework"].isin([FRAMEWORKS["accelerate"], FRAMEWORKS["transformers"]])
     ]
     assert (
-        f"the usual way lost samples in every epoch in all {len(resharding)} runs" in evidence.claim
+        "a DistributedSampler handed to accelerate or to the Hugging Face Trainer "
+        "(accelerator.prepare, a _get_train_sampler override) lost samples in every epoch "
+        f"in all {len(resharding)} runs" in evidence.claim
+    )
+    assert "the usual way" not in evidence.claim + evidence.prose
+    assert (
+        "while a plain shuffled DataLoader that accelerate shards itself lost samples in "
+        f"none of the {len(plain)} runs (repeating up to {int(plain[REPEATED].max())} per "
+        "epoch)" in evidence.claim
     )
     failed = int((table[(table[OURS] == NO)][STARTED] != YES).sum())
     assert failed > 0  # Lightning with our batch sampler under its defaults
-    assert f"{failed} of the {int((table[OURS] == NO).sum())} usual runs failed" in (evidence.claim)
+    assert f"{failed} of the {int((table[OURS] == NO).sum())} other runs failed" in evidence.claim
     assert (
         f"Through samplers.integrations, all {len(ours)} runs saw every sample exactly once "
         f"in every epoch, with set_epoch reaching the sampler every epoch in all {len(ours)} runs"
@@ -183,7 +211,13 @@ def test_prose_counts_what_the_table_shows() -> None:
     assert "all 10 runs saw every sample exactly once in every epoch" in exact
     claimed = frameworks.claim(frameworks.configurations(made_up()))
     assert "lost samples in every epoch in none of the 14 runs" in claimed
-    assert "frameworks, none of the 30 usual runs failed to start" in claimed
+    assert "frameworks, none of the 35 other runs failed to start" in claimed
+    assert "set_epoch missed the sampler in some epoch in none of the 30 runs with a" in claimed
+    assert (
+        "A plain shuffled DataLoader, which accelerate shards itself (accelerator.prepare("
+        "loader), no sampler and Trainer(train_dataset=...), no sampler), lost samples in "
+        "none of the 5 runs and repeated up to 0 per epoch" in exact
+    )
 
     accelerate = next(s for s in SCENARIOS if s.framework == "accelerate" and s.sampler == "ours")
     lost = exact_ranks(accelerate)
@@ -210,7 +244,7 @@ def test_answer_row_reads_the_table() -> None:
     job, use, because = frameworks.answer(finding)
     assert "accelerate" in job and "prepare_data_loader(loader, accelerator)" in use
     assert "lost up to 0 of 43 samples per epoch with accelerate" in because
-    assert "none of the 30 usual runs failed to start" in because
+    assert "none of the 35 other runs failed to start" in because
     assert because.startswith("[frameworks](frameworks.md)")
     for name in ("prepare_data_loader", "ShardedTrainer", "ShardedDataLoader", "sampler_node"):
         assert f"`{name}(" in use
@@ -254,3 +288,22 @@ def test_answer_row_from_the_reports_csv_is_the_same(tmp_path: Any) -> None:
     csv = tmp_path / "frameworks-runs.csv"
     csv.write_text(_frame_csv(_readable(table)))
     assert frameworks.answer_from(pd.read_csv(csv)) == frameworks.answer_from(table)
+
+
+def test_each_sentence_counts_only_its_own_rows() -> None:
+    """nodes' SamplerWrapper is one run (sampler_node's runs are ours); a plain loader's
+    runs are not counted among the DistributedSamplers handed to accelerate."""
+    wrapper = next(s for s in SCENARIOS if s.path == "nodes.SamplerWrapper")
+    plain = next(s for s in SCENARIOS if s.sampler == "none" and s.framework == "accelerate")
+    unset = [Observed(batches=r.batches) for r in exact_ranks(wrapper)]
+    lost = exact_ranks(plain)
+    for rank in lost:  # every sample of epoch 0 but the first batch's, twice over
+        rank.batches = [b for b in rank.batches if b[0] == 1 or b not in rank.batches[:1]]
+    table = frameworks.configurations(made_up({wrapper: unset, plain: lost}))
+    prose = frameworks.explain(table)
+    assert "nodes' SamplerWrapper set it every epoch in not the one run." in prose
+    assert "lost samples in 1 of the 5 runs" in prose
+    assert "none of the 12 runs lost samples in every epoch" in prose
+    claimed = frameworks.claim(table)
+    assert "lost samples in every epoch in none of the 14 runs" in claimed
+    assert "accelerate shards itself lost samples in 1 of the 5 runs" in claimed

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,10 +24,12 @@ import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 import studies.distributed.case_runs
+import studies.distributed.local_ranks as local_ranks
 from samplers import DistributedSampler
 from studies.cases import EXPERIMENT, Case
 from studies.distributed.case_runs import Run, observe_on_rank, run_case, run_cases
 from studies.distributed.local_ranks import (
+    JoinFailed,
     LaunchTimeout,
     RankFailed,
     launch,
@@ -109,6 +112,10 @@ def _exit_early(failing: int) -> None:
     if dist.get_rank() == failing:
         os._exit(3)
     dist.barrier()
+
+
+def _raise_at_once(_: object) -> None:
+    raise ValueError("raised in work")
 
 
 def _hang(_: object) -> None:
@@ -248,6 +255,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_nothing_is_left(
     elapsed = time.monotonic() - started
 
     assert failure.value.rank == 1
+    assert not isinstance(failure.value, JoinFailed)  # failed in work: never retried
     assert failure.value.world_size == 3
     assert failure.value.exitcode is None
     assert failure.value.traceback is not None
@@ -299,6 +307,111 @@ def test_a_busy_port_is_replaced_by_a_free_one() -> None:
 
         results = launch(_placement, None, 2, timeout=LAUNCH_TIMEOUT, port=port)
         assert [r["sum"] for r in results] == [3, 3]
+
+
+# --- joining the group: the one failure retried -----------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_rank_that_cannot_join_says_so_and_a_working_rank_does_not() -> None:
+    """The rank's own report of where it failed, which launch retries on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens there once closed
+    context = local_ranks._context()
+    messages = []
+    for work in (_hang, _raise_at_once):
+        receiver, sender = context.Pipe(duplex=False)
+        # A world of one needs no peer: with a store it joins, without one it cannot.
+        store = serve_store(timeout=10.0) if work is _raise_at_once else None
+        setup = local_ranks._RankSetup(0, 1, store.port if store else port, 2.0)
+        process = context.Process(target=local_ranks._rank_main, args=(work, None, setup, sender))
+        process.start()
+        sender.close()
+        assert receiver.poll(60), "the rank did not report"
+        messages.append(receiver.recv())
+        process.join(30)
+        del store
+    (joining, _, join_text), (working, _, work_text) = messages
+    assert joining == "join" and "_hang" not in join_text
+    assert working == "error" and "ValueError: raised in work" in work_text
+
+
+def test_launch_retries_a_failure_to_join_once_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attempts: list[int] = []
+
+    def failing(kind: type[RankFailed], times: int) -> object:
+        def launch_once(*_: object) -> list[int]:
+            attempts.append(_[-1])  # the port of this attempt
+            if len(attempts) <= times:
+                raise kind(1, 2, traceback="connectFullMesh failed", exitcode=None)
+            return [0, 1]
+
+        return launch_once
+
+    monkeypatch.setattr(local_ranks, "_launch_once", failing(JoinFailed, 1))
+    assert launch(_hang, None, 2, port=1234) == [0, 1]
+    assert attempts == [1234, 0]  # the retry takes a new port
+
+    attempts.clear()
+    monkeypatch.setattr(local_ranks, "_launch_once", failing(JoinFailed, 5))
+    with pytest.raises(JoinFailed):
+        launch(_hang, None, 2)
+    assert len(attempts) == local_ranks.JOIN_ATTEMPTS == 2
+
+    attempts.clear()
+    monkeypatch.setattr(local_ranks, "_launch_once", failing(RankFailed, 5))
+    with pytest.raises(RankFailed):
+        launch(_hang, None, 2)
+    assert len(attempts) == 1
+
+
+_MESH = (
+    "torch.distributed.DistBackendError: [../third_party/gloo/gloo/transport/tcp/pair.cc:144]"
+    " Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144]"
+    " Connection closed by peer [127.0.0.1]:30645"
+)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "retried"),
+    [
+        (_MESH, True),
+        ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", True),
+        (f"{_MESH}\nAssertionError: assert 3 == 4", False),
+        ("ValueError: rank 1 fails on purpose\nConnection closed by peer", False),
+        ("", False),
+    ],
+)
+def test_torchrun_runs_are_retried_once_on_joining_failures_only(
+    monkeypatch: pytest.MonkeyPatch, stderr: str, retried: bool
+) -> None:
+    import torchrun_runs
+
+    runs: list[int] = []
+
+    def run(command: list[str], *_: object) -> subprocess.CompletedProcess[str]:
+        runs.append(len(runs))
+        return subprocess.CompletedProcess(command, 1, "", stderr)
+
+    monkeypatch.setattr(torchrun_runs, "_run", run)
+    done = torchrun_runs.torchrun("script.py", processes=2)
+    assert done.returncode == 1
+    assert len(runs) == (torchrun_runs.ATTEMPTS if retried else 1) and torchrun_runs.ATTEMPTS == 2
+
+    runs.clear()
+    fixed = iter([1, 0])
+    monkeypatch.setattr(
+        torchrun_runs,
+        "_run",
+        lambda command, *_: (
+            runs.append(0) or subprocess.CompletedProcess(command, next(fixed), "", stderr)
+        ),
+    )
+    assert torchrun_runs.torchrun("script.py", processes=2).returncode == (0 if retried else 1)
 
 
 # --- arguments (no processes) -----------------------------------------------------------

@@ -41,6 +41,7 @@ __all__ = [
     "BATCH_SIZE",
     "DATASET_SIZE",
     "EPOCHS",
+    "PLAIN_SEED",
     "SAMPLERS",
     "SCENARIOS",
     "WORLD_SIZE",
@@ -60,12 +61,18 @@ WORLD_SIZE = 2
 #: Seconds the whole launch may take (importing four frameworks on 2 shared cores).
 TIMEOUT = 600.0
 
-#: The samplers handed to the frameworks, by the name the tables use.
+#: The samplers handed to the frameworks, by the name the tables use. ``none``: no
+#: sampler at all, a plain ``DataLoader(shuffle=True)`` that the framework shards itself
+#: (accelerate's own path, and the Trainer's when no sampler is given to it).
 SAMPLERS = {
     "stock": "torch DistributedSampler",
     "ours": 'DistributedSampler(tail="uneven")',
     "ours, batches": 'DistributedBatchSampler(tail="uneven")',
+    "none": "none: DataLoader(shuffle=True)",
 }
+#: The seed of the global generator before a plain loader is built (its shuffle draws
+#: from it), so every run shuffles alike.
+PLAIN_SEED = 0
 
 BOTH_OURS = ("ours", "ours, batches")
 ALL = ("stock", *BOTH_OURS)
@@ -105,8 +112,13 @@ def _scenarios() -> tuple[Scenario, ...]:
         for even in (True, False):
             options = (("split_batches", split), ("even_batches", even))
             found += [Scenario("accelerate", "Accelerator.prepare", s, options) for s in ALL]
+    for split in (False, True):
+        for even in (True, False):
+            options = (("split_batches", split), ("even_batches", even))
+            found += [Scenario("accelerate", "Accelerator.prepare, no sampler", "none", options)]
     found += [Scenario("accelerate", "prepare_data_loader", s, supported=True) for s in BOTH_OURS]
     found += [Scenario("transformers", "Trainer._get_train_sampler", s) for s in ("stock", "ours")]
+    found += [Scenario("transformers", "Trainer, no sampler", "none")]
     found += [Scenario("transformers", "ShardedTrainer", s, supported=True) for s in BOTH_OURS]
     for framework, path in (("lightning", "Trainer.fit"), ("fabric", "setup_dataloaders")):
         for distributed in (True, False):
@@ -221,6 +233,9 @@ def _options(scenario: Scenario) -> dict[str, Any]:
 def _sampler(name: str, observed: Observed) -> Any:
     dataset: Any = range(DATASET_SIZE)
     made: Any
+    if name == "none":
+        torch.manual_seed(PLAIN_SEED)
+        return None
     if name == "stock":
         made = _Stock(dataset)
     elif name == "ours":
@@ -232,8 +247,11 @@ def _sampler(name: str, observed: Observed) -> Any:
 
 
 def _loader(sampler: Any, loader_type: Any = DataLoader, **options: Any) -> Any:
-    """The usual DataLoader over ``sampler`` (its batch sampler, for ours)."""
+    """The usual DataLoader over ``sampler`` (its batch sampler, for ours); a plain
+    shuffled one for ``None``."""
     dataset = list(range(DATASET_SIZE))
+    if sampler is None:
+        return loader_type(dataset, batch_size=BATCH_SIZE, shuffle=True, **options)
     if isinstance(sampler, DistributedBatchSampler):
         return loader_type(dataset, batch_sampler=sampler, **options)
     return loader_type(dataset, batch_size=BATCH_SIZE, sampler=sampler, **options)
@@ -310,6 +328,8 @@ def _transformers(scenario: Scenario, sampler: Any, directory: str) -> list[tupl
         from samplers.integrations.transformers import ShardedTrainer
 
         trainer: Any = ShardedTrainer(**common, train_sampler=sampler, callbacks=[EpochCounter()])
+    elif sampler is None:  # the Trainer's own sampler, sharded by accelerate
+        trainer = Trainer(**common, callbacks=[EpochCounter()])
     else:
         trainer = SamplerOverride(**common, callbacks=[EpochCounter()])
     trainer.train()

@@ -38,6 +38,14 @@ group, and torch re-creates its thread pools in forked children.
 the whole launch, so there is no window in which another program can take it between
 choosing and binding; a requested port that is busy is replaced by a free one. Gloo's
 own sockets are kept on the loopback interface (``GLOO_SOCKET_IFNAME``).
+
+**One retry, of joining only.** On a loaded machine gloo's mesh of connections between
+the ranks can fail to form ("connectFullMesh failed ... Connection closed by peer"). A
+rank that fails before its group exists (connecting to the store, or
+``init_process_group``) says so; when every failure seen is such a one, the ranks are
+killed and the launch starts again, once, with a new store, within the same ``timeout``
+(:class:`JoinFailed` if it fails again). A failure in ``work`` (an assertion, an error),
+a rank that dies, or a time-out is never retried.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -63,7 +71,9 @@ import torch.distributed as dist
 __all__ = [
     "DEFAULT_TIMEOUT",
     "HOST",
+    "JOIN_ATTEMPTS",
     "START_METHOD",
+    "JoinFailed",
     "LaunchError",
     "LaunchTimeout",
     "RankFailed",
@@ -83,6 +93,8 @@ PRELOAD = (
 )
 #: Seconds a whole launch may take (start-up, rendezvous, work and exit) by default.
 DEFAULT_TIMEOUT = 120.0
+#: Launches tried when the ranks fail only while joining the group (see the docstring).
+JOIN_ATTEMPTS = 2
 #: Seconds to wait for killed processes to be reaped.
 _REAP_TIMEOUT = 10.0
 #: Seconds a peer's error waits for a silent death to be reported before it is blamed.
@@ -112,6 +124,11 @@ class RankFailed(LaunchError):
         else:
             detail = f"exited with code {exitcode} without reporting a result"
         super().__init__(f"rank {rank} of world_size={world_size} {detail}")
+
+
+class JoinFailed(RankFailed):
+    """A rank raised while joining the process group (before ``work`` ran): the only
+    failure :func:`launch` retries."""
 
 
 class LaunchTimeout(LaunchError, TimeoutError):
@@ -152,8 +169,27 @@ def launch(
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    context = _context()
     deadline = time.monotonic() + timeout
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        try:
+            return _launch_once(work, payload, world_size, deadline, timeout, port)
+        except JoinFailed:
+            if attempt == JOIN_ATTEMPTS:
+                raise
+            port = 0  # a new store, on a port the OS picks
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _launch_once(
+    work: Callable[[Any], Any],
+    payload: Any,
+    world_size: int,
+    deadline: float,
+    timeout: float,
+    port: int,
+) -> list[Any]:
+    """One launch of every rank, until ``deadline``; see :func:`launch`."""
+    context = _context()
     store = serve_store(port, timeout=timeout)
     ranks: list[_Rank] = []
     finished = False
@@ -248,9 +284,12 @@ class _Failure:
     exitcode: int | None
     #: time.monotonic() when it failed (CLOCK_MONOTONIC is shared by all processes).
     at: float
+    #: It raised while joining the group, before ``work`` ran.
+    joining: bool = False
 
     def error(self, world_size: int) -> RankFailed:
-        return RankFailed(self.rank, world_size, traceback=self.traceback, exitcode=self.exitcode)
+        kind = JoinFailed if self.joining else RankFailed
+        return kind(self.rank, world_size, traceback=self.traceback, exitcode=self.exitcode)
 
 
 def _collect(ranks: list[_Rank], world_size: int, deadline: float, timeout: float) -> list[Any]:
@@ -282,6 +321,8 @@ def _collect(ranks: list[_Rank], world_size: int, deadline: float, timeout: floa
                 failures += _silent_deaths(ranks)
             silent = [f for f in failures if f.traceback is None]
             first = min(silent, key=_by_rank) if silent else min(failures, key=_by_time)
+            if first.joining and not all(failure.joining for failure in failures):
+                first = replace(first, joining=False)  # retried only if all failed joining
             raise first.error(world_size)
     return [results[rank] for rank in range(world_size)]
 
@@ -326,8 +367,8 @@ def _answer(entry: _Rank) -> tuple[Any] | _Failure | None:
         else:
             if message[0] == "ok":
                 return (message[1],)
-            _, at, text = message
-            return _Failure(entry.rank, text, None, at)
+            kind, at, text = message
+            return _Failure(entry.rank, text, None, at, joining=kind == "join")
     if entry.process.is_alive():
         return None
     entry.process.join()
@@ -368,12 +409,15 @@ def _rank_main(
     """A rank's whole life: join the group, work, tear down, send exactly one message."""
     # Its own process group, so the parent can kill it together with its workers.
     os.setpgid(0, 0)
+    phase = "join"
     try:
-        message: tuple[Any, ...] = ("ok", _run_rank(work, payload, setup))
+        _join(setup)
+        phase = "error"
+        message: tuple[Any, ...] = ("ok", _work(work, payload))
         sender.send(message)
     except BaseException:
         with contextlib.suppress(Exception):
-            sender.send(("error", time.monotonic(), traceback.format_exc()))
+            sender.send((phase, time.monotonic(), traceback.format_exc()))
         sys.stdout.flush()
         sys.stderr.flush()
         # Skip interpreter teardown: a half-used process group may block in destructors.
@@ -382,7 +426,8 @@ def _rank_main(
         sender.close()
 
 
-def _run_rank(work: Callable[[Any], Any], payload: Any, setup: _RankSetup) -> Any:
+def _join(setup: _RankSetup) -> None:
+    """Set the rank up and join the gloo group through the parent's store."""
     # Undo the inherited forkserver default: DataLoader workers start as in a fresh
     # training script (see the module docstring).
     multiprocessing.set_start_method(None, force=True)
@@ -393,6 +438,10 @@ def _run_rank(work: Callable[[Any], Any], payload: Any, setup: _RankSetup) -> An
     dist.init_process_group(
         "gloo", store=store, rank=setup.rank, world_size=setup.world_size, timeout=timeout
     )
+
+
+def _work(work: Callable[[Any], Any], payload: Any) -> Any:
+    """``work(payload)`` in the joined group, then a final barrier and the teardown."""
     result = work(payload)
     dist.barrier()
     dist.destroy_process_group()

@@ -11,6 +11,7 @@ from studies.distributed.frameworks import (
     BATCH_SIZE,
     DATASET_SIZE,
     EPOCHS,
+    PLAIN_SEED,
     SAMPLERS,
     SCENARIOS,
     WORLD_SIZE,
@@ -35,8 +36,10 @@ FRAMEWORKS = {
 }
 PATHS = {
     "Accelerator.prepare": "accelerator.prepare(loader)",
+    "Accelerator.prepare, no sampler": "accelerator.prepare(loader), no sampler",
     "prepare_data_loader": "prepare_data_loader(loader, accelerator)",
     "Trainer._get_train_sampler": "_get_train_sampler override",
+    "Trainer, no sampler": "Trainer(train_dataset=...), no sampler",
     "ShardedTrainer": "ShardedTrainer(train_sampler=...)",
     "Trainer.fit": "trainer.fit(model, loader)",
     "setup_dataloaders": "fabric.setup_dataloaders(loader)",
@@ -65,6 +68,8 @@ WARNED = "re-sharding warning"
 _MEASURED = (BATCHES, NEVER, NEVER_FEWEST, REPEATED, EXACT, SET_EPOCH, RESHUFFLED)
 
 EVERY_EPOCH = "every epoch"
+#: set_epoch and the re-sharding warning concern a sampler: empty for a plain loader.
+NO_SAMPLER = SAMPLERS["none"]
 NEVER_SET = "never"
 YES, NO = "yes", "no"
 
@@ -96,7 +101,9 @@ def _row(scenario: Scenario, ranks: Sequence[Observed]) -> dict[str, object]:
     errors = sorted({rank.error for rank in ranks if rank.error is not None})
     row[STARTED] = YES if not errors else f"no: {joined(errors)}"
     row[WARNED] = (
-        "" if scenario.sampler == "stock" else (YES if any(r.warned for r in ranks) else NO)
+        ""
+        if scenario.sampler in ("stock", "none")
+        else (YES if any(r.warned for r in ranks) else NO)
     )
     if errors:
         return {**row, **dict.fromkeys(_MEASURED)}
@@ -108,7 +115,9 @@ def _row(scenario: Scenario, ranks: Sequence[Observed]) -> dict[str, object]:
         sum(1 for e, _ in rank.batches if e == epoch) for rank in ranks for epoch in range(EPOCHS)
     }
     told = [set(rank.epochs_set) for rank in ranks]
-    if all(set(range(EPOCHS)) <= epochs for epochs in told):
+    if scenario.sampler == "none":
+        set_epoch = ""
+    elif all(set(range(EPOCHS)) <= epochs for epochs in told):
         set_epoch = EVERY_EPOCH
     elif not any(told):
         set_epoch = NEVER_SET
@@ -146,7 +155,11 @@ def by_path(table: pd.DataFrame) -> pd.DataFrame:
                 LOSING_RUNS: int((started[NEVER_FEWEST] > 0).sum()),
                 NEVER: _most(started[NEVER]),
                 REPEATED: _most(started[REPEATED]),
-                SET_RUNS: int((started[SET_EPOCH] == EVERY_EPOCH).sum()),
+                SET_RUNS: (
+                    ""  # no sampler to set
+                    if (runs[SAMPLER] == NO_SAMPLER).all()
+                    else int((started[SET_EPOCH] == EVERY_EPOCH).sum())
+                ),
                 RESHUFFLED_RUNS: int((started[RESHUFFLED] == YES).sum()),
             }
         )
@@ -177,15 +190,19 @@ def explain(table: pd.DataFrame) -> str:
     """The finding's prose, every number and quantifier read from ``table``."""
     usual, ours = table[table[OURS] == NO], table[table[OURS] == YES]
     parts = []
-    for framework in ("accelerate", "Hugging Face Trainer"):
-        runs = usual[(usual[FRAMEWORK] == framework) & (usual[STARTED] == YES)]
+    handed = usual[usual[SAMPLER] != NO_SAMPLER]
+    for framework, verb in (
+        ("accelerate", "Handing a DistributedSampler to accelerate"),
+        ("Hugging Face Trainer", "Handing one to the Hugging Face Trainer"),
+    ):
+        runs = handed[(handed[FRAMEWORK] == framework) & (handed[STARTED] == YES)]
         losing = runs[runs[NEVER_FEWEST] > 0]
         parts.append(
-            f"Through {'the ' if framework.startswith('Hugging') else ''}{framework}'s usual "
-            f"path ({joined(runs[HOW].unique())}), {_count(len(losing), len(runs))} lost "
+            f"{verb} ({joined(runs[HOW].unique())}), {_count(len(losing), len(runs))} lost "
             f"samples in every epoch: up to {_most(runs[NEVER])} of {DATASET_SIZE} were never "
             "seen in an epoch" + _warned(runs[runs[NEVER] > 0]) + "."
         )
+    parts.append(_plain(usual[(usual[SAMPLER] == NO_SAMPLER) & (usual[STARTED] == YES)]))
     lightning = usual[usual[FRAMEWORK].isin([FRAMEWORKS["lightning"], FRAMEWORKS["fabric"]])]
     index_runs = lightning[lightning[SAMPLER] != SAMPLERS["ours, batches"]]
     batches = lightning[lightning[SAMPLER] == SAMPLERS["ours, batches"]]
@@ -212,13 +229,13 @@ def explain(table: pd.DataFrame) -> str:
         )
     parts.append(text + ".")
     stateful = usual[usual[HOW] == PATHS["StatefulDataLoader"]]
-    nodes = table[table[HOW].isin([PATHS["nodes.SamplerWrapper"], PATHS["sampler_node"]])]
+    wrapper = usual[usual[HOW] == PATHS["nodes.SamplerWrapper"]]
     parts.append(
         "torchdata's StatefulDataLoader set the epoch in "
         f"{_count(_sum(stateful[SET_EPOCH] == EVERY_EPOCH), len(stateful))} and reshuffled "
         f"epoch 1 in {_count(_sum(stateful[RESHUFFLED] == YES), len(stateful))} (call "
         "set_epoch yourself, or pass auto_epoch=True); nodes' SamplerWrapper set it every "
-        f"epoch in {_count(_sum(nodes[SET_EPOCH] == EVERY_EPOCH), len(nodes))}."
+        f"epoch in {_count(_sum(wrapper[SET_EPOCH] == EVERY_EPOCH), len(wrapper))}."
     )
     started = ours[ours[STARTED] == YES]
     parts.append(
@@ -230,6 +247,28 @@ def explain(table: pd.DataFrame) -> str:
         f"re-sharding warning came in {_count(_sum(ours[WARNED] == YES), len(ours))}."
     )
     return " ".join(parts)
+
+
+def _plain(runs: pd.DataFrame) -> str:
+    """What a plain shuffled DataLoader that the framework shards itself got (``runs``)."""
+    if runs.empty:
+        return ""
+    uneven = runs[runs[BATCHES].str.contains(" or ")]
+    lost = _count(_sum(runs[NEVER] > 0), len(runs))
+    text = (
+        "A plain shuffled DataLoader, which accelerate shards itself "
+        f"({joined(runs[HOW].unique())}), lost samples in {lost} "
+        f"and repeated up to {_most(runs[REPEATED])} per epoch to even out the ranks; epoch 1 "
+        f"was reshuffled in {_count(_sum(runs[RESHUFFLED] == YES), len(runs))}"
+    )
+    if not uneven.empty:
+        counts = joined(sorted(uneven[BATCHES].unique()))
+        options = joined(sorted(uneven[OPTIONS].unique()))
+        text += (
+            f"; ranks got different numbers of batches ({counts}) in "
+            f"{_count(len(uneven), len(runs))} ({options})"
+        )
+    return text + "."
 
 
 def _warned(losing: pd.DataFrame) -> str:
@@ -254,8 +293,10 @@ def answer_from(table: pd.DataFrame, name: str = NAME) -> tuple[str, str, str]:
     keep as ``frameworks-runs.csv`` (read with ``pandas.read_csv``), which gives the same
     row."""
     usual, ours = table[table[OURS] == NO], table[table[OURS] == YES]
+    handed = usual[(usual[SAMPLER] != NO_SAMPLER) & (usual[STARTED] == YES)]
+    plain = usual[(usual[SAMPLER] == NO_SAMPLER) & (usual[STARTED] == YES)]
     worst = {
-        framework: _most(usual[(usual[FRAMEWORK] == framework) & (usual[STARTED] == YES)][NEVER])
+        framework: _most(handed[handed[FRAMEWORK] == framework][NEVER])
         for framework in ("accelerate", "Hugging Face Trainer")
     }
     failed = usual[usual[STARTED] != YES]
@@ -268,10 +309,12 @@ def answer_from(table: pd.DataFrame, name: str = NAME) -> tuple[str, str, str]:
         "`sampler_node(sampler)` (torchdata.nodes); torchdata's `StatefulDataLoader` takes "
         "ours as it is (call `set_epoch`). Do not pass a DistributedSampler to "
         "`accelerator.prepare` or the Trainer's `_get_train_sampler`.",
-        f"[{name}]({name}.md): the usual path lost up to "
+        f"[{name}]({name}.md): a DistributedSampler handed to them lost up to "
         f"{worst['accelerate']} of {DATASET_SIZE} samples per epoch with accelerate and up to "
-        f"{worst['Hugging Face Trainer']} with the Hugging Face Trainer; "
-        f"{_count(len(failed), len(usual), 'usual run')} failed to start; through "
+        f"{worst['Hugging Face Trainer']} with the Hugging Face Trainer; a plain shuffled "
+        f"loader that accelerate shards itself lost up to {_most(plain[NEVER])} and repeated "
+        f"up to {_most(plain[REPEATED])}; "
+        f"{_count(len(failed), len(usual), 'other run')} failed to start; through "
         f"samplers.integrations {_count(exact, len(ours))} saw every sample exactly once in "
         "every epoch.",
     )
@@ -280,23 +323,29 @@ def answer_from(table: pd.DataFrame, name: str = NAME) -> tuple[str, str, str]:
 def claim(table: pd.DataFrame) -> str:
     """The claim, every count and quantifier read from ``table``."""
     usual, ours = table[table[OURS] == NO], table[table[OURS] == YES]
-    resharding = usual[
-        usual[FRAMEWORK].isin([FRAMEWORKS["accelerate"], FRAMEWORKS["transformers"]])
-        & (usual[STARTED] == YES)
+    started = usual[usual[STARTED] == YES]
+    accelerated = started[
+        started[FRAMEWORK].isin([FRAMEWORKS["accelerate"], FRAMEWORKS["transformers"]])
     ]
+    resharding = accelerated[accelerated[SAMPLER] != NO_SAMPLER]
+    plain = accelerated[accelerated[SAMPLER] == NO_SAMPLER]
     lost = _sum(resharding[NEVER_FEWEST] > 0)
     failed = usual[usual[STARTED] != YES]
-    unset = usual[(usual[STARTED] == YES) & (usual[SET_EPOCH] != EVERY_EPOCH)]
+    with_sampler = started[started[SAMPLER] != NO_SAMPLER]
+    unset = with_sampler[with_sampler[SET_EPOCH] != EVERY_EPOCH]
     exact = ours[(ours[STARTED] == YES) & (ours[EXACT] == YES)]
     frameworks = len(FRAMEWORKS)
     return (
         f"In real processes ({WORLD_SIZE} gloo ranks, {DATASET_SIZE} samples, batch size "
-        f"{BATCH_SIZE}, {EPOCHS} epochs), samplers passed to accelerate and the Hugging Face "
-        f"Trainer the usual way lost samples in every epoch in {_count(lost, len(resharding))}; "
-        f"across the {frameworks} frameworks, "
-        f"{_count(len(failed), len(usual), 'usual run')} failed to start, and set_epoch "
+        f"{BATCH_SIZE}, {EPOCHS} epochs), a DistributedSampler handed to accelerate or to "
+        "the Hugging Face Trainer (accelerator.prepare, a _get_train_sampler override) lost "
+        f"samples in every epoch in {_count(lost, len(resharding))}, while a plain shuffled "
+        f"DataLoader that accelerate shards itself lost samples in "
+        f"{_count(_sum(plain[NEVER] > 0), len(plain))} (repeating up to "
+        f"{_most(plain[REPEATED])} per epoch); across the {frameworks} frameworks, "
+        f"{_count(len(failed), len(usual), 'other run')} failed to start, and set_epoch "
         "missed the sampler in some epoch in "
-        f"{_count(len(unset), len(usual) - len(failed))} that started. Through "
+        f"{_count(len(unset), len(with_sampler))} with a sampler that started. Through "
         f"samplers.integrations, {_count(len(exact), len(ours))} saw every sample exactly "
         "once in every epoch, with set_epoch reaching the sampler every epoch in "
         f"{_count(_sum(ours[SET_EPOCH] == EVERY_EPOCH), len(ours))}."
@@ -321,7 +370,9 @@ def evidence(observed: Sequence[Sequence[Observed]]) -> Evidence:
                 note=(
                     f"{WORLD_SIZE} ranks, {DATASET_SIZE} samples, batch size {BATCH_SIZE}, "
                     f"{EPOCHS} epochs; worst epoch of the {EPOCHS}. Samplers shuffle with "
-                    'seed 0; the stock one pads, ours use tail="uneven".'
+                    'seed 0; the stock one pads, ours use tail="uneven". A plain loader '
+                    f"(no sampler) shuffles after torch.manual_seed({PLAIN_SEED}); set_epoch "
+                    "and the re-sharding warning concern a sampler: empty without one."
                 ),
                 name="runs",
                 summary=summary,
