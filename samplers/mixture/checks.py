@@ -34,6 +34,11 @@ def checked_datasets(datasets: Any) -> tuple[list[Any], tuple[int, ...]]:
         raise ValueError("datasets must hold at least one dataset, got none")
     sizes = []
     for d, source in enumerate(sources):
+        if not hasattr(type(source), "__len__"):
+            raise TypeError(
+                f"datasets[{d}] has no len() (a {type(source).__name__}): every source must "
+                "be a sized dataset"
+            )
         size = checks.dataset_size(source)
         if size == 0:
             raise ValueError(
