@@ -260,20 +260,22 @@ def test_resume_on_another_world_size_right_after_a_reweight() -> None:
 
 
 def test_a_paused_source_resumes_its_pass() -> None:
-    (sampler,) = ranks(1, epoch_length=30)
+    (sampler,) = ranks(1, epoch_length=40)
     iterator = iter(sampler)
-    head = [next(iterator) for _ in range(9)]
+    head = [next(iterator) for _ in range(7)]
     sampler.set_weights([0, 1, 1])
-    middle = [next(iter(sampler)) for _ in range(1)]  # a new iter() continues from 9
-    assert source_of(middle[0]) != 0
-    sampler.load_state_dict({**sampler.state_dict(), "position": 9})
+    iterator = iter(sampler)  # continues from position 7 under the new weights
+    middle = [next(iterator) for _ in range(6)]
+    assert all(source_of(i) != 0 for i in middle)
     sampler.set_weights([1, 0, 0])
-    tail = list(sampler)
-    zero_before = [i for i in head if source_of(i) == 0]
-    zero_after = [i for i in tail if i < 5]
-    # Source 0 continues the pass it had begun: the first pass completes without repeats.
-    first_pass = (zero_before + zero_after)[:5]
-    assert sorted(first_pass) == list(range(5))
+    assert sampler.state_dict()["schedule"] == [[0, [2, 1, 1]], [7, [0, 1, 1]], [13, [1, 0, 0]]]
+    rest = list(sampler)
+    assert len(rest) == 27 and all(source_of(i) == 0 for i in rest)
+    # Source 0 continues the pass it had begun: its draws cut into passes of 5 hold each
+    # sample once, the first pass straddling the pause.
+    zero = [i for i in head + middle + rest if source_of(i) == 0]
+    assert 0 < len([i for i in head if source_of(i) == 0]) < 5
+    assert all(sorted(zero[i : i + 5]) == list(range(5)) for i in range(0, 25, 5))
 
 
 def test_set_weights_after_set_epoch_starts_at_the_epoch() -> None:
