@@ -182,10 +182,9 @@ class Schedule:
 
     def changed(self, position: int, segment_parts: tuple[int, ...]) -> Schedule:
         """This schedule with ``segment_parts`` from ``position`` on (later segments, which
-        no position before ``position`` depends on, are replaced)."""
+        no position before ``position`` depends on, are replaced). A new segment starts
+        there even with the same parts: every prefix from ``position`` on is exact."""
         kept = tuple(s for s in self.segments if s[0] < position)
-        if kept and kept[-1][1] == segment_parts:
-            return Schedule(kept)
         return Schedule((*kept, (position, segment_parts)))
 
     def counts(self, position: int) -> list[int]:
