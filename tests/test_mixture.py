@@ -232,7 +232,8 @@ def test_resume_on_another_world_size_right_after_a_reweight() -> None:
     iterators = [iter(s) for s in four]
     head = stream(4, [[next(it) for _ in range(5)] for it in iterators])
     for s in four:
-        s.set_weights([0, 3, 1])
+        with pytest.warns(UserWarning, match="the iterator in progress keeps the old weights"):
+            s.set_weights([0, 3, 1])
     state = four[2].state_dict()
     assert state["position"] == 20
     assert state["schedule"] == [[0, [2, 1, 1]], [20, [0, 3, 1]]]
@@ -247,7 +248,8 @@ def test_resume_on_another_world_size_right_after_a_reweight() -> None:
     (reference,) = ranks(1, **options)
     iterator = iter(reference)
     assert [next(iterator) for _ in range(20)] == head
-    reference.set_weights([0, 3, 1])
+    with pytest.warns(UserWarning, match="continue from stream position 20"):
+        reference.set_weights([0, 3, 1])
     assert list(reference) == rest
     # Nothing repeats within a pass across the change.
     for d, cut in passes_of(head + rest).items():
@@ -263,11 +265,13 @@ def test_a_paused_source_resumes_its_pass() -> None:
     (sampler,) = ranks(1, epoch_length=40)
     iterator = iter(sampler)
     head = [next(iterator) for _ in range(7)]
-    sampler.set_weights([0, 1, 1])
+    with pytest.warns(UserWarning, match="set_weights during an iteration"):
+        sampler.set_weights([0, 1, 1])
     iterator = iter(sampler)  # continues from position 7 under the new weights
     middle = [next(iterator) for _ in range(6)]
     assert all(source_of(i) != 0 for i in middle)
-    sampler.set_weights([1, 0, 0])
+    with pytest.warns(UserWarning, match="set_weights during an iteration"):
+        sampler.set_weights([1, 0, 0])
     assert sampler.state_dict()["schedule"] == [[0, [2, 1, 1]], [7, [0, 1, 1]], [13, [1, 0, 0]]]
     rest = list(sampler)
     assert len(rest) == 27 and all(source_of(i) == 0 for i in rest)
@@ -276,6 +280,14 @@ def test_a_paused_source_resumes_its_pass() -> None:
     zero = [i for i in head + middle + rest if source_of(i) == 0]
     assert 0 < len([i for i in head if source_of(i) == 0]) < 5
     assert all(sorted(zero[i : i + 5]) == list(range(5)) for i in range(0, 25, 5))
+
+
+def test_settings_hold_the_sizes_and_the_schedule() -> None:
+    (sampler,) = ranks(1)
+    before = sampler.settings()
+    assert before["sizes"] == list(SIZES) and before["schedule"] == [[0, [2, 1, 1]]]
+    sampler.set_weights([1, 1, 1])  # no iteration in progress: no warning
+    assert sampler.settings()["schedule"] == [[0, [1, 1, 1]]]  # replaced at position 0
 
 
 def test_set_weights_after_set_epoch_starts_at_the_epoch() -> None:

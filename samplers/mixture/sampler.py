@@ -92,8 +92,9 @@ class _Mixture(SamplerCore):
         Every source's pass stays where it is (its next sample is the one it would have
         given), so nothing is repeated; the change is recorded in the state, so a resume
         reproduces the schedule. Call it on every rank at the same step. The iteration in
-        progress is not changed: the next ``iter()`` continues the epoch from the current
-        position under the new weights (as after :meth:`load_state_dict`). A weight of 0
+        progress is not changed (a ``UserWarning`` says so): leave its loop, and the next
+        ``iter()`` continues the epoch from the current position under the new weights
+        (as after :meth:`load_state_dict`). A weight of 0
         pauses its source. Raises ``ValueError`` naming the weight for a negative, NaN or
         infinite weight, the wrong count, or all zero.
         """
@@ -101,6 +102,15 @@ class _Mixture(SamplerCore):
         values = checked_weights(weights, len(self.sizes))
         current = self.state_dict()
         position = current["epoch"] * self.epoch_length + current["position"]
+        running = self._iterator
+        if running is not None and running.started and not running.exhausted:
+            warnings.warn(
+                f"set_weights during an iteration: the iterator in progress keeps the old "
+                f"weights to its end; leave that loop and iterate the sampler again to "
+                f"continue from stream position {position} under the new weights",
+                UserWarning,
+                stacklevel=2,
+            )
         self.schedule = self.schedule.changed(position, parts(values))
         self.weights = values
         self.load_state_dict(self.state_dict_with(current))
