@@ -8,6 +8,9 @@
 * :class:`DistributedSamplerWrapper`: shards the stream of any sampler;
 * :class:`DistributedTokenBatchSampler`: batches of variable-length samples under a token
   budget, the same number on every rank, with balanced work per step;
+* :class:`DistributedMixtureSampler` / :class:`DistributedMixtureBatchSampler`: several
+  datasets mixed by weight, exact at every prefix, each source once per pass, resumable
+  on any world size and reweightable mid-run;
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
@@ -20,6 +23,7 @@ from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import EpochTypeError, SeedTypeError
 from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
+from samplers.mixture import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
 from samplers.tokens.sampler import DistributedTokenBatchSampler
@@ -27,6 +31,8 @@ from samplers.wrapper import DistributedSamplerWrapper
 
 __all__ = [
     "DistributedBatchSampler",
+    "DistributedMixtureBatchSampler",
+    "DistributedMixtureSampler",
     "DistributedSampler",
     "DistributedSamplerWrapper",
     "DistributedTokenBatchSampler",

@@ -20,9 +20,10 @@ each guarantee with hypothesis and reports the smallest counterexample it shrink
 
 Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
 registered once), :mod:`~samplers.testing.epochs` and :mod:`~samplers.testing.resumes`
-(the checks), :mod:`~samplers.testing.running` (building and running a factory's
-samplers), :mod:`~samplers.testing.factories` (factories by name, and the fresh-process
-comparison) and :mod:`~samplers.testing.search` (the search).
+(the checks), :mod:`~samplers.testing.mixtures` (the guarantees of samplers that mix
+datasets by weight, and their search), :mod:`~samplers.testing.running` (building and
+running a factory's samplers), :mod:`~samplers.testing.factories` (factories by name,
+and the fresh-process comparison) and :mod:`~samplers.testing.search` (the search).
 
 Example::
 
@@ -53,7 +54,8 @@ from samplers.testing.factories import (
     reference,
     validated,
 )
-from samplers.testing.registry import CHECKS, GUARANTEES, REGISTRY
+from samplers.testing.mixtures import Mixture, check_mixture, check_mixture_guarantee
+from samplers.testing.registry import CHECKS, GUARANTEES, MIXTURES, REGISTRY
 from samplers.testing.resumes import resumes_other_world_size, resumes_same_world_size
 from samplers.testing.running import (
     ARGUMENTS,
@@ -86,10 +88,12 @@ __all__ = [
     "MAX_DATASET_SIZE",
     "MAX_EPOCH",
     "MAX_WORLD_SIZE",
+    "MIXTURES",
     "REGISTRY",
     "RESHUFFLE_MIN_DISTINCT",
     "Configuration",
     "Factory",
+    "Mixture",
     "Rejected",
     "Result",
     "TimedOut",
@@ -98,6 +102,8 @@ __all__ = [
     "check",
     "check_all",
     "check_guarantee",
+    "check_mixture",
+    "check_mixture_guarantee",
     "covers_dataset",
     "deterministic",
     "deterministic_across_processes",

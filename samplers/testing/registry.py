@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from samplers.testing.running import Configuration, Factory, Failure
 
-__all__ = ["CHECKS", "GUARANTEES", "REGISTRY", "Guarantee", "guarantee"]
+__all__ = ["CHECKS", "GUARANTEES", "MIXTURES", "REGISTRY", "Guarantee", "guarantee"]
 
 Check = Callable[[Factory, Configuration], None]
 
@@ -28,6 +28,10 @@ REGISTRY: dict[str, Guarantee] = {}
 GUARANTEES: dict[str, str] = {}
 #: Each guarantee's check function, by id.
 CHECKS: dict[str, Check] = {}
+#: The guarantees of samplers that mix several datasets by weight, by id: they take a
+#: :class:`samplers.testing.mixtures.Mixture` instead of a ``Configuration``, and
+#: :func:`samplers.testing.mixtures.check_mixture` searches them.
+MIXTURES: dict[str, Guarantee] = {}
 
 
 def guarantee(id: str, statement: str) -> Callable[[Check], Check]:

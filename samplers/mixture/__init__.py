@@ -1,0 +1,19 @@
+"""Dataset mixtures: several sources drawn by weight, exactly, resumably, reweightably.
+
+:mod:`~samplers.mixture.schedule` (which source each stream position draws from),
+:mod:`~samplers.mixture.order` (the epoch order over ``ConcatDataset(datasets)``),
+:mod:`~samplers.mixture.sampler` (the two samplers) and
+:mod:`~samplers.mixture.checks` (their argument checks).
+"""
+
+from samplers.mixture.order import MixtureOrder
+from samplers.mixture.sampler import DistributedMixtureBatchSampler, DistributedMixtureSampler
+from samplers.mixture.schedule import Schedule, parts
+
+__all__ = [
+    "DistributedMixtureBatchSampler",
+    "DistributedMixtureSampler",
+    "MixtureOrder",
+    "Schedule",
+    "parts",
+]

@@ -1,0 +1,216 @@
+"""The mixing schedule: which source each position of the stream draws from, exactly.
+
+Guarantee: with proportions ``a_d / T`` (integers, :func:`parts`), after any ``k``
+positions of a segment each source has been drawn ``c_d`` times with
+``|c_d - k * a_d / T| < 1``, and position ``p`` is located (its source and how many
+times that source was drawn before it) in O(1) tensor operations per position plus
+O(number of sources + :data:`CHECKPOINT`) per segment, whatever ``p``.
+
+How: the ``k``-th draw of source ``d`` in a period of ``T`` positions has a window of
+steps that keeps every prefix within 1 of its target: it may come no earlier than
+``floor(k * T / a_d)`` and no later than ``ceil((k + 1) * T / a_d) - 1``. Earliest
+deadline first over those windows meets every deadline (unit jobs with integer windows;
+a schedule meeting them exists, Tijdeman's chairman assignment theorem, and earliest
+deadline first finds one when one exists; :func:`period` checks every step anyway).
+After ``T`` steps each source has exactly ``a_d`` draws, so the schedule repeats: one
+period, ``T`` source numbers and each draw's rank within the period, is all that is
+kept, and any position follows from ``divmod(p, T)``.
+
+A :class:`Schedule` is a list of segments (a global start position and its parts): a
+change of weights starts a new segment at the current position, with every source's
+count carried over, so each source's passes continue where they were.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import torch
+
+__all__ = ["CHECKPOINT", "MAX_PERIOD", "Period", "Schedule", "parts", "period"]
+
+#: The longest period kept: proportions with a larger common denominator are rounded to
+#: multiples of ``1 / MAX_PERIOD`` (a positive weight never to 0).
+MAX_PERIOD = 1 << 16
+#: Every ``CHECKPOINT`` positions of a period its cumulative counts are kept.
+CHECKPOINT = 256
+#: Weights given as floats are read as the simplest fraction within this relative
+#: distance of the float (so ``0.6`` is ``3/5`` and ``1/3`` is ``1/3``).
+_FLOAT_TOLERANCE = 1e-12
+_SIMPLE_DENOMINATOR = 10**6
+
+
+def _fraction(value: float | int | Fraction) -> Fraction:
+    if isinstance(value, (int, Fraction)):
+        return Fraction(value)
+    exact = Fraction(value)
+    simple = exact.limit_denominator(_SIMPLE_DENOMINATOR)
+    if abs(simple - exact) <= abs(exact) * Fraction(_FLOAT_TOLERANCE):
+        return simple
+    return Fraction(repr(value))
+
+
+def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
+    """Integer parts ``a_d`` (their sum ``T`` is the period) for checked weights (finite,
+    non-negative, not all zero): the weights' exact proportions in lowest terms, or,
+    when their common denominator exceeds :data:`MAX_PERIOD`, those proportions rounded
+    to ``MAX_PERIOD`` parts (largest remainder; a positive weight keeps at least 1)."""
+    fractions = [_fraction(w) for w in weights]
+    total = sum(fractions, Fraction(0))
+    shares = [f / total for f in fractions]
+    common = math.lcm(*(s.denominator for s in shares))
+    if common <= MAX_PERIOD:
+        exact = [int(s * common) for s in shares]
+        divisor = math.gcd(*exact)
+        return tuple(a // divisor for a in exact)
+    floors = [max(int(s * MAX_PERIOD), 1 if s > 0 else 0) for s in shares]
+    left = MAX_PERIOD - sum(floors)
+    by_remainder = sorted(
+        range(len(shares)), key=lambda d: (-(shares[d] * MAX_PERIOD - floors[d]), d)
+    )
+    if left >= 0:
+        for d in by_remainder[:left]:
+            floors[d] += 1
+    else:  # the minimum of 1 overshot: take back from the largest
+        for d in sorted(range(len(shares)), key=lambda d: (-floors[d], d))[:-left]:
+            floors[d] -= 1
+    divisor = math.gcd(*floors)
+    return tuple(a // divisor for a in floors)
+
+
+@dataclass(frozen=True, eq=False)
+class Period:
+    """One period of the schedule for ``parts``: ``source[o]`` draws at offset ``o``,
+    ``rank[o]`` is how many times that source drew before ``o`` in the period, and
+    ``checkpoints[c]`` every source's count before offset ``c * CHECKPOINT``."""
+
+    parts: tuple[int, ...]
+    source: torch.Tensor
+    rank: torch.Tensor
+    checkpoints: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        """``T``, the sum of the parts."""
+        return self.source.numel()
+
+    def counts_before(self, offset: int) -> torch.Tensor:
+        """Every source's count in the period's first ``offset`` positions (int64)."""
+        block = offset // CHECKPOINT
+        counts = self.checkpoints[block].clone()
+        rest = self.source[block * CHECKPOINT : offset]
+        return counts + torch.bincount(rest, minlength=len(self.parts))
+
+    def counts(self, length: int) -> torch.Tensor:
+        """Every source's count in a segment's first ``length`` positions."""
+        whole, offset = divmod(length, self.length)
+        return whole * torch.tensor(self.parts, dtype=torch.int64) + self.counts_before(offset)
+
+
+@functools.lru_cache(maxsize=16)
+def period(parts: tuple[int, ...]) -> Period:
+    """The period of ``parts`` (earliest deadline first, see the module docstring);
+    cached, as every rank and every epoch of a mixture uses the same."""
+    total = sum(parts)
+    source = torch.empty(total, dtype=torch.int64)
+    rank = torch.empty(total, dtype=torch.int64)
+    drawn = [0] * len(parts)
+
+    def deadline(d: int) -> int:
+        return -(-(drawn[d] + 1) * total // parts[d]) - 1
+
+    ready = [(deadline(d), d) for d, a in enumerate(parts) if a > 0]
+    heapq.heapify(ready)
+    waiting: list[tuple[int, int]] = []
+    sources: list[int] = []
+    ranks: list[int] = []
+    for step in range(total):
+        while waiting and waiting[0][0] <= step:
+            d = heapq.heappop(waiting)[1]
+            heapq.heappush(ready, (deadline(d), d))
+        due, d = heapq.heappop(ready)
+        if due < step:  # never: a schedule within 1 exists and EDF finds it
+            raise RuntimeError(f"mixture schedule for parts {parts} missed a deadline at {step}")
+        sources.append(d)
+        ranks.append(drawn[d])
+        drawn[d] += 1
+        if drawn[d] < parts[d]:
+            release = drawn[d] * total // parts[d]
+            if release <= step + 1:
+                heapq.heappush(ready, (deadline(d), d))
+            else:
+                heapq.heappush(waiting, (release, d))
+    source = torch.tensor(sources, dtype=torch.int64)
+    rank = torch.tensor(ranks, dtype=torch.int64)
+    blocks = source[: total // CHECKPOINT * CHECKPOINT].reshape(-1, CHECKPOINT)
+    per_block = torch.zeros(blocks.shape[0], len(parts), dtype=torch.int64)
+    per_block.scatter_add_(1, blocks, torch.ones_like(blocks))
+    checkpoints = torch.cat([torch.zeros(1, len(parts), dtype=torch.int64), per_block.cumsum(0)])
+    return Period(parts, source, rank, checkpoints)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Segments of the stream, each from a global start position with its parts; the
+    first starts at 0. ``base[i]`` is every source's count before segment ``i``."""
+
+    segments: tuple[tuple[int, tuple[int, ...]], ...]
+    base: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.segments or self.segments[0][0] != 0:
+            raise ValueError(f"a schedule's first segment starts at 0, got {self.segments}")
+        starts = [start for start, _ in self.segments]
+        if starts != sorted(set(starts)):
+            raise ValueError(f"segment starts must increase, got {starts}")
+        counts = torch.zeros(len(self.segments[0][1]), dtype=torch.int64)
+        base = []
+        for i, (start, segment_parts) in enumerate(self.segments):
+            base.append(tuple(counts.tolist()))
+            if i + 1 < len(self.segments):
+                counts = counts + period(segment_parts).counts(self.segments[i + 1][0] - start)
+        object.__setattr__(self, "base", tuple(base))
+
+    @classmethod
+    def of(cls, segment_parts: tuple[int, ...]) -> Schedule:
+        return cls(((0, segment_parts),))
+
+    def changed(self, position: int, segment_parts: tuple[int, ...]) -> Schedule:
+        """This schedule with ``segment_parts`` from ``position`` on (later segments, which
+        no position before ``position`` depends on, are replaced). A new segment starts
+        there even with the same parts: every prefix from ``position`` on is exact."""
+        kept = tuple(s for s in self.segments if s[0] < position)
+        return Schedule((*kept, (position, segment_parts)))
+
+    def counts(self, position: int) -> list[int]:
+        """Every source's draws in the stream's first ``position`` positions."""
+        i = max(j for j, (start, _) in enumerate(self.segments) if start <= position)
+        start, segment_parts = self.segments[i]
+        within = period(segment_parts).counts(position - start)
+        return [b + c for b, c in zip(self.base[i], within.tolist(), strict=True)]
+
+    def locate(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each stream position: its source, and how many times that source drew
+        before it (over the whole stream)."""
+        source = torch.empty_like(positions)
+        drawn = torch.empty_like(positions)
+        starts = torch.tensor([s for s, _ in self.segments], dtype=torch.int64)
+        which = torch.searchsorted(starts, positions, right=True) - 1
+        for i in torch.unique(which).tolist():
+            start, segment_parts = self.segments[i]
+            one = period(segment_parts)
+            mask = which == i if len(self.segments) > 1 else slice(None)
+            relative = positions[mask] - start
+            whole = torch.div(relative, one.length, rounding_mode="floor")
+            offset = relative - whole * one.length
+            d = one.source[offset]
+            counts = torch.tensor(self.base[i], dtype=torch.int64)
+            sizes = torch.tensor(segment_parts, dtype=torch.int64)
+            source[mask] = d
+            drawn[mask] = counts[d] + whole * sizes[d] + one.rank[offset]
+        return source, drawn

@@ -1,0 +1,459 @@
+"""Guarantees of samplers that mix several datasets by weight, and their search.
+
+A *mixing factory* takes the keyword arguments ``datasets`` (a list of ``range(n_d)``
+sources), ``weights`` (one integer per source), ``num_replicas``, ``rank`` and ``seed``
+(it is passed those its signature names) and returns a sampler yielding indices into
+``ConcatDataset(datasets)``, or batches of them. An *epoch* of it is one ``iter()``
+after ``set_epoch`` (when it has one). The guarantees, checked on every rank of a
+:class:`Mixture`, with the ranks taking one item per step together:
+
+* ``mixture-prefix-exact``: after every step, over all ranks, each source's count is
+  within 1 of its weight's share of the items taken;
+* ``mixture-once-per-pass``: over :data:`EPOCHS` epochs, each source's draws, cut into
+  passes of its size, hold no sample twice;
+* ``mixture-elastic-resume``: a state saved after ``taken`` steps and loaded into
+  ``other_world_size`` ranks gives the rest of the epoch: nothing lost, nothing repeated;
+* ``mixture-reweight``: ``set_weights(new_weights)`` on every rank after ``taken`` steps
+  repeats nothing within a pass, and from there every step is within 1 of the new
+  weights' share.
+
+:func:`check_mixture` searches mixtures with hypothesis for each guarantee and shrinks a
+violation to the smallest mixture it finds (fewer and smaller sources, fewer ranks).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from fractions import Fraction
+from typing import Any, cast
+
+from samplers.testing.registry import MIXTURES, Guarantee
+from samplers.testing.running import (
+    Factory,
+    Failure,
+    Lockstep,
+    Rejected,
+    Unsupported,
+    Violation,
+    indices,
+    load,
+    set_epoch,
+    state_of,
+)
+from samplers.testing.search import SEEDS, Result, _Tally
+
+__all__ = ["EPOCHS", "MIXTURE_ARGUMENTS", "Mixture", "check_mixture", "check_mixture_guarantee"]
+
+#: The keyword arguments a mixing factory may take.
+MIXTURE_ARGUMENTS = ("datasets", "weights", "num_replicas", "rank", "seed")
+#: Epochs the once-per-pass guarantee follows the sources' passes through.
+EPOCHS = 3
+#: Examples the search tries per guarantee (derandomised), and thorough.
+MIXTURE_EXAMPLES = {False: 20, True: 300}
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """One mixture the guarantees are checked on: source sizes and integer weights, the
+    ranks, and where a state is saved (``taken`` steps, reduced modulo the epoch) and
+    into how many ranks it is loaded, or from where ``new_weights`` apply."""
+
+    sizes: tuple[int, ...]
+    weights: tuple[int, ...]
+    world_size: int = 1
+    seed: int = 0
+    taken: int = 0
+    other_world_size: int = 2
+    new_weights: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.sizes or len(self.weights) != len(self.sizes) or not any(self.weights):
+            raise ValueError(f"a mixture needs a positive weight per source, got {self}")
+        if min(self.sizes) < 1 or min(self.weights) < 0 or self.world_size < 1:
+            raise ValueError(f"sizes, weights and world_size out of range in {self}")
+
+    @property
+    def offsets(self) -> list[int]:
+        return [sum(self.sizes[:d]) for d in range(len(self.sizes))]
+
+    def source(self, index: int) -> int:
+        """The source a ConcatDataset index belongs to."""
+        for d in reversed(range(len(self.sizes))):
+            if index >= self.offsets[d]:
+                return d
+        return 0
+
+    @property
+    def reweighted(self) -> tuple[int, ...]:
+        """The weights ``set_weights`` is given (the reverse ones by default)."""
+        if len(self.new_weights) == len(self.sizes) and any(self.new_weights):
+            return self.new_weights
+        return tuple(reversed(self.weights))
+
+
+def _accepted(factory: Factory) -> tuple[str, ...]:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return MIXTURE_ARGUMENTS
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return MIXTURE_ARGUMENTS
+    names = {p.name for p in parameters}
+    return tuple(name for name in MIXTURE_ARGUMENTS if name in names)
+
+
+def build(factory: Factory, mixture: Mixture, rank: int, world_size: int | None = None) -> Any:
+    """The factory's sampler for ``rank``; :class:`Rejected` when the factory raises."""
+    values = {
+        "datasets": [range(size) for size in mixture.sizes],
+        "weights": list(mixture.weights),
+        "num_replicas": mixture.world_size if world_size is None else world_size,
+        "rank": rank,
+        "seed": mixture.seed,
+    }
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return factory(**{name: values[name] for name in _accepted(factory)})
+    except Exception as error:
+        raise Rejected(error) from error
+
+
+def _ranks(factory: Factory, mixture: Mixture, world: int | None = None) -> list[Any]:
+    world = mixture.world_size if world is None else world
+    return [build(factory, mixture, rank, world) for rank in range(world)]
+
+
+def _steps(taken: list[list[Any]]) -> list[list[int]]:
+    """Each step's indices over all ranks (rank order), from the ranks' items."""
+    longest = max((len(items) for items in taken), default=0)
+    return [indices([items[k] for items in taken if k < len(items)]) for k in range(longest)]
+
+
+def _epoch(samplers: Sequence[Any], epoch: int | None = None) -> list[list[int]]:
+    for sampler in samplers:
+        if epoch is not None:
+            set_epoch(sampler, epoch)
+    job = Lockstep(samplers)
+    longest = 0
+    while True:
+        before = sum(len(t) for t in job.taken)
+        job.step()
+        if sum(len(t) for t in job.taken) == before:
+            break
+        longest += 1
+    return _steps(job.taken)
+
+
+def _shares(weights: Sequence[int]) -> list[Fraction]:
+    return [Fraction(w, sum(weights)) for w in weights]
+
+
+def _prefix_failure(
+    mixture: Mixture, steps: list[list[int]], weights: Sequence[int], first_step: int = 0
+) -> Failure | None:
+    shares = _shares(weights)
+    counts: Counter[int] = Counter()
+    k = 0
+    for step, taken in enumerate(steps, start=first_step):
+        for index in taken:
+            counts[mixture.source(index)] += 1
+            k += 1
+        for d, share in enumerate(shares):
+            if abs(counts[d] - share * k) >= 1:
+                return Failure(
+                    None,
+                    0,
+                    f"after step {step} ({k} samples over all ranks) source {d} has "
+                    f"{counts[d]} samples, {float(share * k):g} expected (weight share "
+                    f"{share}): off by {float(abs(counts[d] - share * k)):.3g}",
+                    "a training step sees the sources in other proportions than asked",
+                    {"step": step, "source": d},
+                )
+    return None
+
+
+def _pass_failure(mixture: Mixture, draws: list[int], what: str) -> Failure | None:
+    per_source: dict[int, list[int]] = {d: [] for d in range(len(mixture.sizes))}
+    for index in draws:
+        per_source[mixture.source(index)].append(index)
+    for d, seen in per_source.items():
+        size = mixture.sizes[d]
+        for start in range(0, len(seen), size):
+            one_pass = seen[start : start + size]
+            repeated = [i for i, c in Counter(one_pass).items() if c > 1]
+            if repeated:
+                return Failure(
+                    None,
+                    0,
+                    f"source {d} (size {size}) repeats index {repeated[0]} within its pass "
+                    f"{start // size}{what}",
+                    "some samples are seen twice while others of the same source wait",
+                    {"source": d, "pass": start // size},
+                )
+    return None
+
+
+def _mixture_guarantee(id: str, statement: str) -> Callable[[Callable[..., None]], Any]:
+    def register(check: Callable[[Factory, Mixture], None]) -> Callable[[Factory, Mixture], None]:
+        def checked(factory: Factory, mixture: Mixture) -> None:
+            try:
+                check(factory, mixture)
+            except Failure as failure:
+                raise failure.violation(id) from None
+
+        checked.__doc__ = check.__doc__
+        MIXTURES[id] = Guarantee(id, statement, cast("Any", checked))
+        return checked
+
+    return register
+
+
+@_mixture_guarantee(
+    "mixture-prefix-exact",
+    "after every step each source is within 1 of its weight's share of all ranks' samples",
+)
+def prefix_exact(factory: Factory, mixture: Mixture) -> None:
+    """Every step of an epoch (all ranks together) is within 1 of the weights' shares."""
+    failure = _prefix_failure(mixture, _epoch(_ranks(factory, mixture), 0), mixture.weights)
+    if failure is not None:
+        raise failure
+
+
+@_mixture_guarantee(
+    "mixture-once-per-pass",
+    "each source's draws, cut into passes of its size, never repeat a sample within a pass",
+)
+def once_per_pass(factory: Factory, mixture: Mixture) -> None:
+    """Over :data:`EPOCHS` epochs, no pass of any source repeats a sample."""
+    samplers = _ranks(factory, mixture)
+    draws = [i for epoch in range(EPOCHS) for step in _epoch(samplers, epoch) for i in step]
+    failure = _pass_failure(mixture, draws, f" (over {EPOCHS} epochs)")
+    if failure is not None:
+        raise failure
+
+
+def _head(factory: Factory, mixture: Mixture) -> tuple[list[Any], list[list[int]], int]:
+    """Ranks that took ``taken`` steps (reduced modulo the epoch), their steps, and taken."""
+    steps = len(_epoch(_ranks(factory, mixture), 0))
+    taken = mixture.taken % (steps + 1)
+    samplers = _ranks(factory, mixture)
+    for sampler in samplers:
+        set_epoch(sampler, 0)
+    job = Lockstep(samplers)
+    job.step(taken)
+    return samplers, _steps(job.taken), taken
+
+
+@_mixture_guarantee(
+    "mixture-elastic-resume",
+    "a state loaded into another number of ranks gives the rest of the epoch exactly",
+)
+def elastic_resume(factory: Factory, mixture: Mixture) -> None:
+    """Resumed on ``other_world_size`` ranks, the epoch loses and repeats nothing."""
+    whole = Counter(i for step in _epoch(_ranks(factory, mixture), 0) for i in step)
+    samplers, head, taken = _head(factory, mixture)
+    state = state_of(samplers[0])
+    other = mixture.other_world_size
+    if other == mixture.world_size:
+        other += 1
+    resumed = _ranks(factory, mixture, other)
+    for sampler in resumed:
+        load(sampler, state)
+    rest = _epoch(resumed)
+    seen = Counter(i for step in head + rest for i in step)
+    lost, repeated = whole - seen, seen - whole
+    if lost or repeated:
+        raise Failure(
+            None,
+            0,
+            f"saved after {taken} steps on {mixture.world_size} ranks and resumed on "
+            f"{other}: {sum(lost.values())} samples of the epoch lost, "
+            f"{sum(repeated.values())} repeated",
+            "a job restarted on another number of GPUs skips or repeats data",
+            {"taken": taken, "resumed_world_size": other},
+        )
+
+
+@_mixture_guarantee(
+    "mixture-reweight",
+    "set_weights repeats nothing within a pass and is within 1 of the new weights after",
+)
+def reweight(factory: Factory, mixture: Mixture) -> None:
+    """``set_weights`` on every rank after ``taken`` steps: the passes continue and the
+    steps after it are within 1 of the new shares."""
+    samplers, head, taken = _head(factory, mixture)
+    for sampler in samplers:
+        method = getattr(sampler, "set_weights", None)
+        if not callable(method):
+            raise Unsupported("the sampler has no set_weights")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            method(list(mixture.reweighted))
+    rest = _epoch(samplers)
+    after = f" (across set_weights after step {taken})"
+    failure = _pass_failure(mixture, [i for step in head + rest for i in step], after)
+    if failure is None:
+        failure = _prefix_failure(mixture, rest, mixture.reweighted, taken)
+    if failure is not None:
+        failure.details["taken"] = taken
+        raise failure
+
+
+# The search ---------------------------------------------------------------------------------
+
+
+def _strategy() -> Any:
+    from hypothesis import strategies as st
+
+    @st.composite
+    def mixtures(draw: Any) -> Mixture:
+        count = draw(st.integers(1, 4))
+        sizes = tuple(draw(st.lists(st.integers(1, 40), min_size=count, max_size=count)))
+        weights = st.lists(st.integers(0, 6), min_size=count, max_size=count).filter(any)
+        return Mixture(
+            sizes,
+            tuple(draw(weights)),
+            draw(st.integers(1, 6)),
+            draw(st.sampled_from(SEEDS)),
+            draw(st.integers(0, 60)),
+            draw(st.integers(1, 6)),
+            tuple(draw(weights)),
+        )
+
+    return mixtures()
+
+
+def _smaller(mixture: Mixture) -> list[Mixture]:
+    """Mixtures one change smaller, smallest first."""
+    found = []
+    count = len(mixture.sizes)
+    for d in range(count):
+        if count > 1:
+            keep = [e for e in range(count) if e != d]
+            weights = tuple(mixture.weights[e] for e in keep)
+            new = tuple(mixture.new_weights[e] for e in keep) if mixture.new_weights else ()
+            if any(weights):
+                found.append(
+                    replace(
+                        mixture,
+                        sizes=tuple(mixture.sizes[e] for e in keep),
+                        weights=weights,
+                        new_weights=new,
+                    )
+                )
+    for name in ("world_size", "other_world_size", "taken"):
+        value = getattr(mixture, name)
+        for smaller in sorted({1 if name != "taken" else 0, value // 2, value - 1}):
+            if (0 if name == "taken" else 1) <= smaller < value:
+                found.append(replace(mixture, **{name: smaller}))
+    for name in ("weights", "new_weights"):
+        values = getattr(mixture, name)
+        for d, weight in enumerate(values):
+            for smaller in sorted({0, weight // 2, weight - 1}):
+                changed = tuple(smaller if e == d else w for e, w in enumerate(values))
+                if 0 <= smaller < weight and any(changed):
+                    values_of: dict[str, Any] = {name: changed}
+                    found.append(replace(mixture, **values_of))
+    for d, size in enumerate(mixture.sizes):
+        for smaller in sorted({1, size // 2, size - 1}):
+            if 1 <= smaller < size:
+                sizes = tuple(smaller if e == d else s for e, s in enumerate(mixture.sizes))
+                found.append(replace(mixture, sizes=sizes))
+    return found
+
+
+def _minimised(mixture: Mixture, violates: Callable[[Mixture], bool]) -> Mixture:
+    for _ in range(200):
+        for smaller in _smaller(mixture):
+            if violates(smaller):
+                mixture = smaller
+                break
+        else:
+            return mixture
+    return mixture
+
+
+def _violation(factory: Factory, guarantee: str, mixture: Mixture) -> Violation | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MIXTURES[guarantee].check(factory, cast("Any", mixture))
+    except (Violation, Unsupported, Rejected):
+        raise
+    except Exception as error:
+        raise Rejected(error) from error
+    return None
+
+
+def check_mixture_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False) -> Result:
+    """Search mixtures for a violation of ``guarantee`` (an id of ``MIXTURES``); the
+    smallest one found is the counterexample."""
+    if guarantee not in MIXTURES:
+        raise ValueError(f"guarantee must be one of {list(MIXTURES)}, got {guarantee!r}")
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    tally = _Tally()
+
+    def violates(mixture: Mixture) -> bool:
+        tally.tried += 1
+        try:
+            return _violation(factory, guarantee, mixture) is not None
+        except Violation:
+            return True
+        except Unsupported as reason:
+            tally.unsupported = str(reason)
+        except Rejected:
+            tally.rejected += 1
+        return False
+
+    options = settings(
+        max_examples=MIXTURE_EXAMPLES[thorough],
+        derandomize=not thorough,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        found = _minimised(find(_strategy(), violates, settings=options), violates)
+    except NoSuchExample:
+        if tally.unsupported:
+            return Result(guarantee, None, None, f"not supported: {tally.unsupported}")
+        if tally.rejected == tally.tried:
+            return Result(
+                guarantee, None, None, "not supported: the sampler raised for every mixture"
+            )
+        return Result(
+            guarantee,
+            True,
+            None,
+            f"held on {tally.tried - tally.rejected} mixtures searched",
+            examples=tally.tried,
+        )
+    try:
+        violation = _violation(factory, guarantee, found)
+    except Violation as raised:
+        violation = raised
+    if violation is None:
+        return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
+    counterexample = {**asdict(found), **violation.details, "what": violation.what}
+    return Result(
+        guarantee,
+        False,
+        counterexample,
+        str(violation),
+        violation.experience,
+        tally.tried,
+    )
+
+
+def check_mixture(factory: Factory, *, thorough: bool = False) -> list[Result]:
+    """:func:`check_mixture_guarantee` for every mixture guarantee, in registry order."""
+    return [check_mixture_guarantee(factory, g, thorough=thorough) for g in MIXTURES]

@@ -1,0 +1,89 @@
+"""Mixing samplers for the kit's mixture guarantees: ours, a deliberately wrong one, and
+two peers' ways of mixing (``tests/test_kit_mixtures.py`` runs the search on each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import ConcatDataset, WeightedRandomSampler
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import (
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedSamplerWrapper,
+)
+from samplers.mixture.checks import checked_weights
+from samplers.mixture.order import MixtureOrder
+from samplers.mixture.schedule import Schedule, parts
+
+
+def ours(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedMixtureSampler(
+        datasets, weights, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+def ours_batches(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedMixtureBatchSampler(
+        datasets, weights, 2, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+@dataclass(frozen=True)
+class _RestartedOrder(MixtureOrder):
+    restart: int = 0
+
+    @property
+    def first(self) -> int:
+        return self.epoch * self.length - self.restart
+
+
+class Restarting(DistributedMixtureSampler):
+    """Wrong on purpose: ``set_weights`` starts the stream again from its beginning at the
+    current position, with the new weights, so every source restarts its first pass (what
+    rebuilding a sampler with new weights does)."""
+
+    restart = 0
+
+    def set_weights(self, weights: Any) -> None:
+        values = checked_weights(weights, len(self.sizes))
+        current = self.state_dict()
+        self.restart = current["epoch"] * self.epoch_length + current["position"]
+        self.schedule = Schedule.of(parts(values))
+        self.weights = values
+        self.load_state_dict(self.state_dict_with(current))
+
+    def _order(self) -> MixtureOrder:
+        order = super()._order()
+        return _RestartedOrder(
+            order.sizes,
+            order.schedule,
+            order.seed,
+            order.shuffle,
+            order.epoch,
+            order.length,
+            self.restart,
+        )
+
+
+def wrong_restarting(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return Restarting(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")
+
+
+def peer_weighted_random(
+    datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """torch's ``WeightedRandomSampler`` (each sample weighted by its source's weight over
+    the source's size) sharded by our ``DistributedSamplerWrapper``."""
+    per_sample = [w / len(d) for d, w in zip(datasets, weights, strict=True) for _ in d]
+    generator = torch.Generator().manual_seed(seed)
+    sampler = WeightedRandomSampler(per_sample, len(per_sample), generator=generator)
+    return DistributedSamplerWrapper(sampler, num_replicas, rank, seed=seed, tail="uneven")
+
+
+def peer_concat_stock(datasets: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    """``ConcatDataset`` and the stock ``DistributedSampler`` (the weights cannot be given)."""
+    return StockSampler(ConcatDataset(datasets), num_replicas, rank, seed=seed)

@@ -1,0 +1,52 @@
+"""The kit's mixture guarantees: ours hold them; the search finds the smallest
+counterexample in a deliberately wrong mixing sampler and in the peers' ways of mixing."""
+
+from __future__ import annotations
+
+import kit_mixtures
+import pytest
+
+from samplers.testing import MIXTURES, Mixture, check_mixture, check_mixture_guarantee
+from samplers.testing.mixtures import elastic_resume, prefix_exact
+
+
+def outcomes(factory) -> dict[str, bool | None]:
+    return {result.guarantee: result.holds for result in check_mixture(factory)}
+
+
+@pytest.mark.parametrize("factory", [kit_mixtures.ours, kit_mixtures.ours_batches])
+def test_ours_hold_every_mixture_guarantee(factory) -> None:
+    assert outcomes(factory) == dict.fromkeys(MIXTURES, True)
+
+
+def test_a_reweight_that_restarts_the_passes_is_caught_smallest() -> None:
+    result = check_mixture_guarantee(kit_mixtures.wrong_restarting, "mixture-reweight")
+    assert result.holds is False
+    found = result.counterexample
+    assert found is not None and "repeats index" in found["what"]
+    # The smallest: one source of two samples on one rank, reweighted after one step.
+    assert (found["sizes"], found["world_size"], found["taken"]) == ((2,), 1, 1)
+    assert check_mixture_guarantee(kit_mixtures.wrong_restarting, "mixture-prefix-exact").holds
+
+
+def test_weighted_random_sampler_in_the_wrapper_breaks_proportions_and_passes() -> None:
+    found = outcomes(kit_mixtures.peer_weighted_random)
+    assert found["mixture-prefix-exact"] is False
+    assert found["mixture-once-per-pass"] is False
+    assert found["mixture-reweight"] is None  # it has no set_weights
+
+
+def test_concat_and_the_stock_sampler_ignore_the_weights() -> None:
+    result = check_mixture_guarantee(kit_mixtures.peer_concat_stock, "mixture-prefix-exact")
+    assert result.holds is False
+    found = result.counterexample
+    assert found is not None and len(found["sizes"]) == 2 and found["world_size"] == 1
+    assert check_mixture_guarantee(kit_mixtures.peer_concat_stock, "mixture-reweight").holds is None
+
+
+def test_the_checks_run_on_one_mixture_directly() -> None:
+    mixture = Mixture(sizes=(3, 5), weights=(1, 1), world_size=2, taken=2, other_world_size=3)
+    prefix_exact(kit_mixtures.ours, mixture)
+    elastic_resume(kit_mixtures.ours, mixture)
+    with pytest.raises(AssertionError, match="mixture-prefix-exact"):
+        prefix_exact(kit_mixtures.peer_concat_stock, Mixture(sizes=(1, 3), weights=(1, 1)))

@@ -1,0 +1,451 @@
+"""DistributedMixtureSampler and its batch form: exact proportions at every prefix, once
+per pass, epochs as windows of one stream, resume on any world size, reweighting.
+
+Expectations are computed here from what the ranks yield (counts, passes, positions),
+with the stream rebuilt by interleaving the ranks' shares as the layout deals them.
+"""
+
+from __future__ import annotations
+
+import copy
+import doctest
+import math
+import pickle
+from collections import Counter
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import ConcatDataset, DataLoader
+
+import samplers.mixture.sampler
+from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
+from samplers.mixture.order import MixtureOrder
+from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts, period
+
+SIZES = (5, 50, 7)
+DATASETS = [range(size) for size in SIZES]
+OFFSETS = [0, 5, 55]
+
+
+def source_of(index: int) -> int:
+    """Which source a ConcatDataset index belongs to."""
+    return max(d for d, offset in enumerate(OFFSETS) if offset <= index)
+
+
+def ranks(world: int, weights: Any = (2, 1, 1), **options: Any) -> list[DistributedMixtureSampler]:
+    return [
+        DistributedMixtureSampler(DATASETS, list(weights), world, rank, **options)
+        for rank in range(world)
+    ]
+
+
+def stream(world: int, shares: list[list[int]]) -> list[int]:
+    """The positions in order from strided shares (rank r took r, r + W, ...)."""
+    longest = max(len(share) for share in shares)
+    return [shares[r][k] for k in range(longest) for r in range(world) if k < len(shares[r])]
+
+
+def within_one(counts: Counter[int], proportions: list[Fraction], k: int) -> bool:
+    return all(abs(counts[d] - p * k) < 1 for d, p in enumerate(proportions))
+
+
+def test_docstring_examples() -> None:
+    result = doctest.testmod(samplers.mixture.sampler, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# The schedule ------------------------------------------------------------------------------
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=7).filter(any), st.integers(1, 3))
+def test_every_prefix_within_one(weights: list[int], periods: int) -> None:
+    part = parts(weights)
+    one = period(part)
+    total = sum(part)
+    counts: Counter[int] = Counter()
+    for k, source in enumerate(one.source.repeat(periods).tolist(), start=1):
+        counts[source] += 1
+        for d, a in enumerate(part):
+            assert abs(counts[d] * total - a * k) < total, (weights, k, d)
+
+
+@given(
+    st.lists(st.integers(0, 9), min_size=2, max_size=4).filter(any),
+    st.lists(st.integers(0, 9), min_size=2, max_size=4).filter(any),
+    st.integers(0, 60),
+)
+def test_locate_counts_draws_across_a_change(first: list[int], second: list[int], at: int) -> None:
+    count = min(len(first), len(second))
+    first, second = first[:count], second[:count]
+    if not any(first) or not any(second):
+        return
+    schedule = Schedule.of(parts(first)).changed(at, parts(second))
+    source, drawn = schedule.locate(torch.arange(150))
+    seen: Counter[int] = Counter()
+    for position, (d, j) in enumerate(zip(source.tolist(), drawn.tolist(), strict=True)):
+        assert j == seen[d], (position, d)  # the d-th draw of d is numbered by what came before
+        seen[d] += 1
+        active = first if position < at else second
+        assert active[d] > 0  # a paused source is never drawn
+    assert schedule.counts(150) == [seen[d] for d in range(count)]
+    # Since the change (even to the same parts), every prefix is within 1 of the new
+    # proportions.
+    start = schedule.segments[-1][0]
+    assert start == at
+    shares = [Fraction(a, sum(parts(second))) for a in parts(second)]
+    since: Counter[int] = Counter()
+    for k, d in enumerate(source[start:].tolist(), start=1):
+        since[d] += 1
+        assert within_one(since, shares, k)
+
+
+def test_parts_read_floats_as_the_fractions_meant() -> None:
+    assert parts([0.6, 0.3, 0.1]) == (6, 3, 1)
+    assert parts([1 / 3, 2 / 3]) == (1, 2)
+    assert parts([6, 3, 1]) == parts([60, 30, 10]) == (6, 3, 1)
+    assert parts([Fraction(1, 7), 0]) == (1, 0)
+
+
+def test_parts_round_a_large_denominator_keeping_every_positive_weight() -> None:
+    weights = [0.5, 1e-9, 0.123456789, 0.376543211 - 1e-9]
+    rounded = parts(weights)
+    assert sum(rounded) <= MAX_PERIOD and all(a >= 1 for a in rounded)
+    shares = [w / sum(weights) for w in weights]
+    assert all(
+        abs(a / sum(rounded) - s) <= 2 / sum(rounded) for a, s in zip(rounded, shares, strict=True)
+    )
+
+
+# Passes, epochs and the stream --------------------------------------------------------------
+
+
+def passes_of(indices: list[int]) -> dict[int, list[list[int]]]:
+    """Each source's draws cut into passes of its size."""
+    by_source: dict[int, list[int]] = {d: [] for d in range(len(SIZES))}
+    for index in indices:
+        by_source[source_of(index)].append(index)
+    return {
+        d: [draws[i : i + SIZES[d]] for i in range(0, len(draws), SIZES[d])]
+        for d, draws in by_source.items()
+    }
+
+
+def test_once_per_pass_and_the_boundaries_of_a_pass() -> None:
+    (sampler,) = ranks(1, epoch_length=600)
+    indices = list(sampler)
+    for d, cut in passes_of(indices).items():
+        for number, one_pass in enumerate(cut):
+            assert len(set(one_pass)) == len(one_pass), (d, number)
+            if len(one_pass) == SIZES[d]:
+                assert sorted(one_pass) == list(range(OFFSETS[d], OFFSETS[d] + SIZES[d]))
+        assert cut[0] != cut[1]  # each pass is a fresh shuffle
+    order = sampler.plan().order
+    assert isinstance(order, MixtureOrder)
+    source, number, item = order.passes(torch.arange(600))
+    # The last position of source 0's first pass and the first of its second pass.
+    zero = (source == 0).nonzero().flatten()
+    last, first = int(zero[SIZES[0] - 1]), int(zero[SIZES[0]])
+    assert (int(number[last]), int(item[last])) == (0, SIZES[0] - 1)
+    assert (int(number[first]), int(item[first])) == (1, 0)
+    for boundary in (last, first, last + 1):
+        # Resuming from exactly there (two ranks) continues the stream exactly.
+        (saver,) = ranks(1, epoch_length=600, tail="uneven")
+        iterator = iter(saver)
+        head = [next(iterator) for _ in range(boundary)]
+        state = saver.state_dict()
+        assert state["position"] == boundary
+        resumed = ranks(2, epoch_length=600, tail="uneven")
+        for other in resumed:
+            other.load_state_dict(state)
+        assert head + stream(2, [list(r) for r in resumed]) == indices
+
+
+def test_small_sources_are_upsampled_never_repeated_within_a_pass() -> None:
+    datasets = [range(2), range(3000)]
+    sampler = DistributedMixtureSampler(datasets, [1, 1], 1, 0, epoch_length=2000)
+    indices = list(sampler)
+    small = [i for i in indices if i < 2]
+    assert len(small) == 1000
+    assert all(sorted(small[i : i + 2]) == [0, 1] for i in range(0, 1000, 2))
+
+
+def test_epochs_are_windows_of_one_stream() -> None:
+    (sampler,) = ranks(1, epoch_length=17)
+    epochs = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        epochs.append(list(sampler))
+    order = sampler.plan().order
+    assert isinstance(order, MixtureOrder)
+    whole = order.stream_at(torch.arange(4 * 17)).tolist()
+    assert [i for epoch in epochs for i in epoch] == whole
+    # Passes continue across epochs: the stream's passes, not each epoch's, hold once each.
+    for d, cut in passes_of(whole).items():
+        assert all(len(set(p)) == len(p) for p in cut), d
+    # The epoch's end: the last position of epoch 1 and the first of epoch 2 are neighbours.
+    assert epochs[1][-1] == whole[33] and epochs[2][0] == whole[34]
+
+
+@pytest.mark.parametrize("world", [1, 3, 4])
+@pytest.mark.parametrize("tail", ["pad", "drop", "uneven"])
+def test_ranks_share_out_the_epoch_by_tail(world: int, tail: str) -> None:
+    samplers_ = ranks(world, epoch_length=22, tail=tail)
+    shares = [list(s) for s in samplers_]
+    assert [len(s) for s in samplers_] == [len(share) for share in shares]
+    (single,) = ranks(1, epoch_length=22)
+    whole = list(single)
+    taken = stream(world, shares)
+    kept = {"pad": 22, "drop": 22 // world * world, "uneven": 22}[tail]
+    assert taken[:kept] == whole[:kept]
+    if tail == "pad":
+        assert taken[22:] == whole[: len(taken) - 22]  # padding repeats the epoch's head
+    if tail != "uneven":
+        assert len({len(share) for share in shares}) == 1
+
+
+@given(st.integers(1, 8), st.integers(0, 3))
+def test_prefix_exact_over_the_ranks(world: int, epoch: int) -> None:
+    samplers_ = ranks(world, (5, 2, 3), epoch_length=70, tail="uneven")
+    for s in samplers_:
+        s.set_epoch(epoch)
+    taken = stream(world, [list(s) for s in samplers_])
+    shares = [Fraction(5, 10), Fraction(2, 10), Fraction(3, 10)]
+    start = epoch * 70  # the epoch's window starts where the stream is exact from 0
+    (reference,) = ranks(1, (5, 2, 3), epoch_length=70 * (epoch + 1))
+    before = Counter(source_of(i) for i in list(reference)[:start])
+    counts = Counter(before)
+    for k, index in enumerate(taken, start=start + 1):
+        counts[source_of(index)] += 1
+        assert within_one(counts, shares, k), (world, epoch, k)
+
+
+# Reweighting and resuming ---------------------------------------------------------------------
+
+
+def test_resume_on_another_world_size_right_after_a_reweight() -> None:
+    options = {"epoch_length": 120, "tail": "uneven"}
+    four = ranks(4, **options)
+    iterators = [iter(s) for s in four]
+    head = stream(4, [[next(it) for _ in range(5)] for it in iterators])
+    for s in four:
+        with pytest.warns(UserWarning, match="the iterator in progress keeps the old weights"):
+            s.set_weights([0, 3, 1])
+    state = four[2].state_dict()
+    assert state["position"] == 20
+    assert state["schedule"] == [[0, [2, 1, 1]], [20, [0, 3, 1]]]
+    assert all(s.state_dict() == state for s in four)
+    three = ranks(3, (9, 9, 9), **options)  # the state's schedule replaces these weights
+    for s in three:
+        s.load_state_dict(state)
+    rest = stream(3, [list(s) for s in three])
+    assert len(head) + len(rest) == 120
+    assert all(source_of(i) != 0 for i in rest)  # source 0 paused from position 20
+    # The same run without interruption (one rank, same schedule).
+    (reference,) = ranks(1, **options)
+    iterator = iter(reference)
+    assert [next(iterator) for _ in range(20)] == head
+    with pytest.warns(UserWarning, match="continue from stream position 20"):
+        reference.set_weights([0, 3, 1])
+    assert list(reference) == rest
+    # Nothing repeats within a pass across the change.
+    for d, cut in passes_of(head + rest).items():
+        assert all(len(set(p)) == len(p) for p in cut), d
+    # Since the change every prefix is within 1 of 0 : 3/4 : 1/4.
+    counts: Counter[int] = Counter()
+    for k, index in enumerate(rest, start=1):
+        counts[source_of(index)] += 1
+        assert within_one(counts, [Fraction(0), Fraction(3, 4), Fraction(1, 4)], k)
+
+
+def test_a_paused_source_resumes_its_pass() -> None:
+    (sampler,) = ranks(1, epoch_length=40)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(7)]
+    with pytest.warns(UserWarning, match="set_weights during an iteration"):
+        sampler.set_weights([0, 1, 1])
+    iterator = iter(sampler)  # continues from position 7 under the new weights
+    middle = [next(iterator) for _ in range(6)]
+    assert all(source_of(i) != 0 for i in middle)
+    with pytest.warns(UserWarning, match="set_weights during an iteration"):
+        sampler.set_weights([1, 0, 0])
+    assert sampler.state_dict()["schedule"] == [[0, [2, 1, 1]], [7, [0, 1, 1]], [13, [1, 0, 0]]]
+    rest = list(sampler)
+    assert len(rest) == 27 and all(source_of(i) == 0 for i in rest)
+    # Source 0 continues the pass it had begun: its draws cut into passes of 5 hold each
+    # sample once, the first pass straddling the pause.
+    zero = [i for i in head + middle + rest if source_of(i) == 0]
+    assert 0 < len([i for i in head if source_of(i) == 0]) < 5
+    assert all(sorted(zero[i : i + 5]) == list(range(5)) for i in range(0, 25, 5))
+
+
+def test_settings_hold_the_sizes_and_the_schedule() -> None:
+    (sampler,) = ranks(1)
+    before = sampler.settings()
+    assert before["sizes"] == list(SIZES) and before["schedule"] == [[0, [2, 1, 1]]]
+    sampler.set_weights([1, 1, 1])  # no iteration in progress: no warning
+    assert sampler.settings()["schedule"] == [[0, [1, 1, 1]]]  # replaced at position 0
+
+
+def test_set_weights_after_set_epoch_starts_at_the_epoch() -> None:
+    (sampler,) = ranks(1, epoch_length=10)
+    list(sampler)
+    sampler.set_epoch(1)
+    sampler.set_weights([1, 1, 0])
+    assert sampler.state_dict()["schedule"][-1] == [10, [1, 1, 0]]
+    assert sampler.position() == 10
+    assert all(source_of(i) != 2 for i in sampler)
+
+
+def test_batches_equal_counts_and_every_step_exact() -> None:
+    for tail in ("pad", "drop", "uneven"):
+        world = 3
+        batch = [
+            DistributedMixtureBatchSampler(
+                DATASETS, [1, 2, 1], 4, world, r, epoch_length=50, tail=tail
+            )
+            for r in range(world)
+        ]
+        shares = [list(s) for s in batch]
+        assert len({len(share) for share in shares}) == 1, tail
+        assert [len(s) for s in batch] == [len(share) for share in shares]
+        counts: Counter[int] = Counter()
+        k = 0
+        for step in range(len(shares[0])):
+            for r in range(world):
+                for index in shares[r][step]:
+                    counts[source_of(index)] += 1
+                    k += 1
+            if k <= 50:
+                assert within_one(counts, [Fraction(1, 4), Fraction(1, 2), Fraction(1, 4)], k)
+    again = DistributedMixtureBatchSampler(
+        DATASETS, [1, 2, 1], 4, world, 0, epoch_length=50, tail="uneven"
+    )
+    loader = DataLoader(range(sum(SIZES)), batch_sampler=again)
+    assert [b.tolist() for b in loader] == shares[0]
+
+
+def test_batch_state_resumes_on_another_world_size() -> None:
+    def build(world: int, rank: int) -> DistributedMixtureBatchSampler:
+        return DistributedMixtureBatchSampler(DATASETS, [1, 2, 1], 2, world, rank, epoch_length=40)
+
+    two = [build(2, r) for r in range(2)]
+    iterators = [iter(s) for s in two]
+    head = [[next(it) for _ in range(3)] for it in iterators]
+    state = two[0].state_dict()
+    assert state["position"] == 12
+    four = [build(4, r) for r in range(4)]
+    for s in four:
+        s.load_state_dict(state)
+    rest = [list(s) for s in four]
+    (one,) = [build(1, 0)]
+    flat = [i for b in one for i in b]
+    taken = [i for k in range(3) for r in range(2) for i in head[r][k]]
+    taken += [i for k in range(len(rest[0])) for r in range(4) for i in rest[r][k]]
+    assert taken[:40] == flat
+    assert taken[40:] == flat[:4]  # the last step of four ranks pads with the epoch's head
+
+
+def test_copies_and_pickles_continue_the_same() -> None:
+    (sampler,) = ranks(1, epoch_length=40)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(7)]
+    for clone in (copy.copy(sampler), pickle.loads(pickle.dumps(sampler))):
+        assert clone.state_dict() == sampler.state_dict()
+    rest_of_pickled = list(pickle.loads(pickle.dumps(iterator)))
+    rest_of_copied = list(copy.deepcopy(iterator))
+    rest = list(iterator)
+    assert rest_of_pickled == rest_of_copied == rest
+    (fresh,) = ranks(1, epoch_length=40)
+    assert head + rest == list(fresh)
+    assert len(pickle.dumps(iterator)) < 4000
+
+
+def test_a_concat_dataset_is_taken_as_its_sources() -> None:
+    concat = ConcatDataset(DATASETS)
+    sampler = DistributedMixtureSampler(concat, [2, 1, 1], 1, 0, epoch_length=12)
+    assert sampler.dataset is concat and sampler.sizes == SIZES
+    assert list(sampler) == list(ranks(1, epoch_length=12)[0])
+
+
+def test_unshuffled_passes_are_in_order() -> None:
+    (sampler,) = ranks(1, (1, 1, 1), shuffle=False, epoch_length=15)
+    assert list(sampler) == [0, 5, 55, 1, 6, 56, 2, 7, 57, 3, 8, 58, 4, 9, 59]
+
+
+def test_the_same_seed_gives_the_same_stream_and_another_seed_another() -> None:
+    assert list(ranks(1, seed=3, epoch_length=60)[0]) == list(ranks(1, seed=3, epoch_length=60)[0])
+    assert list(ranks(1, seed=3, epoch_length=60)[0]) != list(ranks(1, seed=4, epoch_length=60)[0])
+
+
+# Errors --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ([1, -1, 1], r"weights\[1\] must be at least 0, got -1"),
+        ([0, 0, 0], r"weights must not all be 0.*\[0, 0, 0\]"),
+        ([1, math.nan, 1], r"weights\[1\] must be finite, got nan"),
+        ([1, math.inf, 1], r"weights\[1\] must be finite, got inf"),
+        ([1, 1], r"weights must hold one weight per dataset \(3\), got 2"),
+    ],
+)
+def test_bad_weights_are_named(weights: list[float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DistributedMixtureSampler(DATASETS, weights, 1, 0)
+    (sampler,) = ranks(1)
+    with pytest.raises(ValueError, match=message):
+        sampler.set_weights(weights)
+    assert sampler.state_dict()["schedule"] == [[0, [2, 1, 1]]]  # unchanged
+
+
+def test_bad_weight_types_and_sources_are_named() -> None:
+    with pytest.raises(TypeError, match=r"weights\[0\] must be a number, got 'a'"):
+        DistributedMixtureSampler(DATASETS, ["a", 1, 1], 1, 0)
+    with pytest.raises(ValueError, match=r"datasets\[1\] is empty \(len 0\)"):
+        DistributedMixtureSampler([range(3), range(0)], [1, 1], 1, 0)
+    with pytest.raises(ValueError, match="datasets must hold at least one dataset"):
+        DistributedMixtureSampler([], [], 1, 0)
+    with pytest.raises(TypeError, match="datasets must be a sequence"):
+        DistributedMixtureSampler(42, [1], 1, 0)
+    with pytest.raises(TypeError, match=r"datasets\[1\] has no len\(\)"):
+        DistributedMixtureSampler([range(3), 7], [1, 1], 1, 0)
+    with pytest.raises(ValueError, match="epoch_length must be at least 1, got 0"):
+        DistributedMixtureSampler(DATASETS, [1, 1, 1], 1, 0, epoch_length=0)
+
+
+def test_a_zero_weight_is_allowed_and_pauses_its_source() -> None:
+    (sampler,) = ranks(1, (1, 0, 1), epoch_length=30)
+    assert all(source_of(i) != 1 for i in sampler)
+
+
+def test_a_state_of_another_mixture_is_refused() -> None:
+    (sampler,) = ranks(1, epoch_length=40)
+    state = sampler.state_dict()
+    other_sizes = DistributedMixtureSampler(
+        [range(5), range(51), range(7)], [2, 1, 1], 1, 0, epoch_length=40
+    )
+    with pytest.raises(
+        ValueError, match=r"state field 'sizes' is '5,50,7', this sampler's is '5,51,7'"
+    ):
+        other_sizes.load_state_dict(state)
+    fewer = DistributedMixtureSampler([range(5), range(50)], [2, 1], 1, 0, epoch_length=40)
+    with pytest.raises(ValueError, match="state field 'schedule' must be a list"):
+        fewer.load_state_dict(state)
+    (other_seed,) = ranks(1, seed=1, epoch_length=40)
+    with pytest.raises(ValueError, match="state field 'seed' is 0, this mixture's seed is 1"):
+        other_seed.load_state_dict(state)
+    (other_length,) = ranks(1, epoch_length=41)
+    with pytest.raises(ValueError, match="state field 'dataset_length' is 40"):
+        other_length.load_state_dict(state)
+    for broken in ([], [[0, [0, 0, 0]]], [[3, [1, 1, 1]]], [[0, [1, 1, 1]], [0, [1, 2, 1]]], "x"):
+        with pytest.raises(ValueError, match="state field 'schedule'"):
+            sampler.load_state_dict({**state, "schedule": broken})
+    missing = dict(state)
+    del missing["schedule"]
+    with pytest.raises(ValueError, match="state field 'schedule' is missing"):
+        sampler.load_state_dict(missing)
