@@ -16,12 +16,12 @@ answers all three::
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, cast
+from typing import Any
 
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers.integrations.loop import LoopPosition, framework, our_sampler
+from samplers.integrations.loop import LoopPosition, StandIn, framework, our_sampler
 
 try:
     import lightning.fabric  # noqa: F401  (Lightning itself is only needed to train with it)
@@ -68,7 +68,7 @@ class ShardedDataLoader(DataLoader[Any]):
         #: A loaded state not yet iterated: (its epoch, batches before, the epoch's length).
         self._resumed: tuple[int, int, int] | None = None
         self._loaded: dict[str, Any] = {}
-        stands_for = ours if isinstance(ours, _StockDistributedSampler) else _StandIn(ours)
+        stands_for = ours if isinstance(ours, _StockDistributedSampler) else StandIn(ours)
         # DataLoader forbids assigning `sampler` after __init__; with a batch sampler it is
         # never iterated (the batch sampler holds the real one), so only its type is read.
         vars(self)["sampler"] = stands_for
@@ -126,41 +126,3 @@ def _checked(state: Any) -> dict[str, Any]:
     if state["batches"] < 0:
         raise ValueError(f"state field 'batches' must be at least 0, got {state['batches']}")
     return {"sampler": dict(state["sampler"]), **{k: state[k] for k in ("batches", "finished")}}
-
-
-class _StandIn(_StockDistributedSampler[Any]):
-    """A torch ``DistributedSampler`` standing for a sampler of ours that is not one.
-
-    Guarantee: it carries our sampler's placement and settings, and ``set_epoch`` sets our
-    sampler's epoch; it yields nothing itself (iterating it raises ``TypeError``), since the
-    loader iterates our sampler.
-    """
-
-    def __init__(self, ours: Any) -> None:
-        # The stock __init__ reads the process group and the dataset: everything it would
-        # set is our sampler's.
-        self.ours = ours
-        # The wrapper has no dataset of its own; Lightning only reads this one.
-        self.dataset = cast(Any, getattr(ours, "dataset", None))
-        self.num_replicas = ours.num_replicas
-        self.rank = ours.rank
-        self.shuffle = ours.shuffle
-        self.seed = ours.seed
-        self.drop_last = ours.tail == "drop"
-        self.epoch = ours.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.ours.set_epoch(epoch)
-        self.epoch = self.ours.epoch
-
-    def __iter__(self) -> Iterator[int]:
-        raise TypeError(
-            f"this stands for the loader's {type(self.ours).__name__}, which the loader "
-            "iterates; iterate the loader, not loader.sampler"
-        )
-
-    def __len__(self) -> int:
-        raise TypeError(
-            f"this stands for the loader's {type(self.ours).__name__}; take len() of the "
-            "loader or of that sampler"
-        )

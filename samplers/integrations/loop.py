@@ -9,17 +9,29 @@ received from the current iteration and turns the count into the sampler's state
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
+
+from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers.batch_sampler import DistributedBatchSampler
 from samplers.sampler import DistributedSampler
+from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
-__all__ = ["INDEX_SAMPLERS", "LoopPosition", "framework", "our_sampler"]
+__all__ = [
+    "BATCH_SAMPLERS",
+    "INDEX_SAMPLERS",
+    "LoopPosition",
+    "StandIn",
+    "framework",
+    "our_sampler",
+]
 
 #: Our samplers that yield indices (a DataLoader batches them with its BatchSampler).
 INDEX_SAMPLERS = (DistributedSampler, DistributedSamplerWrapper)
+#: Our samplers that yield batches (a DataLoader takes them as ``batch_sampler``).
+BATCH_SAMPLERS = (DistributedBatchSampler, DistributedTokenBatchSampler)
 
 _T = TypeVar("_T")
 
@@ -35,13 +47,14 @@ def framework(module: str, extra: str) -> ImportError:
 def our_sampler(loader: Any) -> tuple[Any, int]:
     """The sampler of ours that drives ``loader``, and how many of its items make a batch.
 
-    A :class:`~samplers.DistributedBatchSampler` passed as ``batch_sampler`` (one item, a
-    batch, per batch), or a :class:`~samplers.DistributedSampler` or
+    A :class:`~samplers.DistributedBatchSampler` or
+    :class:`~samplers.DistributedTokenBatchSampler` passed as ``batch_sampler`` (one item,
+    a batch, per batch), or a :class:`~samplers.DistributedSampler` or
     :class:`~samplers.DistributedSamplerWrapper` passed as ``sampler`` (``batch_size``
     indices per batch). Raises ``TypeError`` naming what the loader holds otherwise.
     """
     batch_sampler = getattr(loader, "batch_sampler", None)
-    if isinstance(batch_sampler, DistributedBatchSampler):
+    if isinstance(batch_sampler, BATCH_SAMPLERS):
         return batch_sampler, 1
     inner = getattr(batch_sampler, "sampler", None)
     batch_size = getattr(batch_sampler, "batch_size", None)
@@ -50,7 +63,8 @@ def our_sampler(loader: Any) -> tuple[Any, int]:
     held = type(inner if inner is not None else batch_sampler).__name__
     raise TypeError(
         "the loader must be driven by a sampler of ours: DataLoader(dataset, "
-        "batch_sampler=DistributedBatchSampler(...)) or DataLoader(dataset, batch_size=..., "
+        "batch_sampler=DistributedBatchSampler(...) or DistributedTokenBatchSampler(...)) or "
+        "DataLoader(dataset, batch_size=..., "
         f"sampler=DistributedSampler(...) or DistributedSamplerWrapper(...)); it holds {held}"
     )
 
@@ -98,3 +112,44 @@ class LoopPosition:
         """Load ``state`` into the sampler: its next iteration continues from there."""
         self.sampler.load_state_dict(state)
         self._taken, self._length = 0, None
+
+
+class StandIn(_StockDistributedSampler[Any]):
+    """A torch ``DistributedSampler`` standing for a sampler of ours that is not one.
+
+    Guarantee: it carries our sampler's placement and settings, and ``set_epoch`` sets our
+    sampler's epoch (through ``set_epoch``, the callable given, when there is one); it
+    yields nothing itself (iterating it raises ``TypeError``), since the loader iterates
+    our sampler. Frameworks that rebuild every loader whose ``sampler`` is not a torch
+    ``DistributedSampler`` leave a loader holding it as it is.
+    """
+
+    def __init__(self, ours: Any, set_epoch: Callable[[int], None] | None = None) -> None:
+        # The stock __init__ reads the process group and the dataset: everything it would
+        # set is our sampler's.
+        self.ours = ours
+        self._set_epoch = set_epoch if set_epoch is not None else ours.set_epoch
+        # The wrapper has no dataset of its own; frameworks only read this one.
+        self.dataset = cast(Any, getattr(ours, "dataset", None))
+        self.num_replicas = ours.num_replicas
+        self.rank = ours.rank
+        self.shuffle = ours.shuffle
+        self.seed = ours.seed
+        self.drop_last = ours.tail == "drop"
+        self.epoch = ours.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._set_epoch(epoch)
+        self.epoch = self.ours.epoch
+
+    def __iter__(self) -> Iterator[int]:
+        raise TypeError(
+            f"this stands for the loader's {type(self.ours).__name__}, which the loader "
+            "iterates; iterate the loader, not loader.sampler"
+        )
+
+    def __len__(self) -> int:
+        raise TypeError(
+            f"this stands for the loader's {type(self.ours).__name__}; take len() of the "
+            "loader or of that sampler"
+        )

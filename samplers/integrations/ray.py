@@ -1,0 +1,286 @@
+"""Ray Train: a loader over a sampler of ours that Ray leaves alone, resumed from its checkpoints.
+
+``ray.train.torch.prepare_data_loader(loader)`` rebuilds every loader whose ``sampler`` is
+not a torch ``DistributedSampler`` around a stock ``DistributedSampler`` of its own. A
+loader built with ``batch_sampler=`` (our :class:`~samplers.DistributedBatchSampler` or
+:class:`~samplers.DistributedTokenBatchSampler`) has a ``SequentialSampler`` there and
+``batch_size=None``, so the rebuilt loader yields one sample per step, in an order that is
+not shuffled, and our sampler is gone, without a warning. It also wraps the loader in one
+that fetches a batch ahead of the loop, so a sampler's own ``state_dict`` taken in the loop
+is a batch ahead. :func:`prepare_data_loader` is the replacement for that one call, in the
+training function::
+
+    loader = prepare_data_loader(DataLoader(dataset, batch_sampler=sampler))
+    load_state(loader)  # continue from ray.train.get_checkpoint(), if there is one
+    for epoch in range(loader.epoch, epochs):
+        for batch in loader:
+            ...
+            with tempfile.TemporaryDirectory() as directory:
+                save_state(directory, loader)
+                ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory))
+
+Importing this module also makes ``ray.train.torch.prepare_data_loader`` refuse, with a
+``TypeError`` naming :func:`prepare_data_loader`, a loader over a batch sampler of ours
+that it would otherwise replace.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from samplers.integrations.loop import (
+    BATCH_SAMPLERS,
+    LoopPosition,
+    StandIn,
+    framework,
+    our_sampler,
+)
+
+try:
+    import ray.train
+    import ray.train.torch
+except ImportError as missing:  # pragma: no cover - the error names the extra
+    raise framework("ray", "ray") from missing
+
+__all__ = [
+    "STATE_FILE",
+    "PreparedDataLoader",
+    "load_state",
+    "placement",
+    "prepare_data_loader",
+    "save_state",
+]
+
+#: The file :func:`save_state` writes in a checkpoint directory (``{name}`` is its name).
+STATE_FILE = "dsampler-{name}.json"
+
+#: DataLoader arguments a prepared loader takes over from the original unchanged; the
+#: others (dataset, batching, sampling) are given by the loader's batch sampler.
+_DRAWN = ("self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+def placement() -> dict[str, int]:
+    """This Ray Train worker's place: ``num_replicas`` (world size) and ``rank`` (world rank).
+
+    ``DistributedBatchSampler(dataset, 4, **placement())`` places a sampler of ours as Ray
+    placed the worker (the process group Ray initialises gives the same by default).
+    """
+    context = ray.train.get_context()
+    return {"num_replicas": context.get_world_size(), "rank": context.get_world_rank()}
+
+
+def prepare_data_loader(
+    data_loader: DataLoader[Any], *, move_to_device: bool = True
+) -> PreparedDataLoader:
+    """``data_loader`` prepared for a Ray Train worker, over our sampler as it is.
+
+    ``data_loader`` is a ``DataLoader`` over a sampler of ours (``batch_sampler=``
+    :class:`~samplers.DistributedBatchSampler` or
+    :class:`~samplers.DistributedTokenBatchSampler`, or ``sampler=``
+    :class:`~samplers.DistributedSampler` / :class:`~samplers.DistributedSamplerWrapper`
+    with ``batch_size``), placed as Ray placed this worker (:func:`placement`); otherwise
+    ``TypeError`` / ``ValueError`` name what is wrong. The result is a
+    :class:`PreparedDataLoader`: the same batches with our sharding, tail policy and seed,
+    on ``ray.train.torch.get_device()`` when ``move_to_device``.
+    """
+    if not isinstance(data_loader, DataLoader):
+        raise TypeError(f"data_loader must be a torch DataLoader, got {type(data_loader).__name__}")
+    if isinstance(data_loader, PreparedDataLoader):
+        raise ValueError("data_loader is prepared already; iterate it as it is")
+    sampler, per_batch = our_sampler(data_loader)
+    place = placement()
+    held = {"num_replicas": sampler.num_replicas, "rank": sampler.rank}
+    if held != place:
+        raise ValueError(
+            f"the loader's {type(sampler).__name__} has num_replicas={held['num_replicas']}, "
+            f"rank={held['rank']}, but this Ray Train worker is rank {place['rank']} of "
+            f"{place['num_replicas']}: build it with **samplers.integrations.ray.placement()"
+        )
+    device = ray.train.torch.get_device() if move_to_device else None
+    return PreparedDataLoader(
+        data_loader.dataset,
+        position=LoopPosition(sampler, per_batch),
+        device=device,
+        batch_sampler=data_loader.batch_sampler,
+        **_options(data_loader),
+    )
+
+
+def _options(data_loader: DataLoader[Any]) -> dict[str, Any]:
+    """The DataLoader's other constructor arguments (workers, collation, ...), as they are."""
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(data_loader, name)
+        for name in parameters
+        if name not in _DRAWN and hasattr(data_loader, name)
+    }
+
+
+class PreparedDataLoader(DataLoader[Any]):
+    """A ``DataLoader`` over a sampler of ours for a Ray Train worker, stateful.
+
+    Guarantee: each iteration yields exactly the batches of the DataLoader it was prepared
+    from, in order (on the device, when it has one), for the epoch :attr:`epoch`; then:
+
+    * the epoch counts itself: each iteration sets the sampler's epoch to :attr:`epoch`,
+      which a whole iteration advances by one. ``loader.set_epoch(epoch)`` (or
+      ``loader.sampler.set_epoch(epoch)``, as Ray's guide writes it) sets it explicitly;
+    * ``loader.sampler`` is a torch ``DistributedSampler`` (ours itself, or one standing
+      for it), so ``ray.train.torch.prepare_data_loader`` leaves the loader as it is;
+    * ``state_dict()`` is the sampler's state at the step the training loop reached (what
+      the loop received, however far DataLoader workers fetched ahead), and after
+      ``load_state_dict`` the next iteration continues that epoch exactly, on this or
+      another number of workers (:func:`save_state` / :func:`load_state` carry it
+      through Ray Train's checkpoints).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        position: LoopPosition,
+        device: torch.device | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dataset, **kwargs)
+        self._position = position
+        self._device = device
+        ours = position.sampler
+        self._epoch = int(ours.epoch)
+        #: The epoch this loader last set on the sampler (another one was set directly).
+        self._told = self._epoch
+        stands_for = StandIn(ours, set_epoch=self.set_epoch)
+        # DataLoader forbids assigning `sampler` after __init__; the batch sampler holds the
+        # real one, so the DataLoader never iterates this.
+        vars(self)["sampler"] = stands_for
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs (continues, after a mid-epoch state)."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` next (a loaded state of that epoch continues it)."""
+        self._position.sampler.set_epoch(epoch)
+        self._epoch = self._told = int(self._position.sampler.epoch)
+
+    # A generator rather than DataLoader's iterator type: the override's return type narrows
+    # to what a training loop uses.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        sampler = self._position.sampler
+        if sampler.epoch != self._told:  # set on the sampler itself: that one runs
+            self._epoch = int(sampler.epoch)
+        self.set_epoch(self._epoch)
+        length = super().__len__()  # what this iteration yields, before it starts
+        batches = self._position.track(super().__iter__(), length)
+        for batch in batches:
+            yield batch if self._device is None else _moved(batch, self._device)
+        if self._position.finished:
+            self._epoch += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state at the step the loop reached (a small dict of JSON types)."""
+        return self._position.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict``: the next iteration resumes its epoch (or, for a
+        finished epoch, runs the next one)."""
+        self._position.load_state_dict(state_dict)
+        epoch = int(self._position.sampler.epoch)
+        self._told = epoch
+        self._epoch = epoch + 1 if state_dict.get("finished") is True else epoch
+
+
+def _moved(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor in it (through dicts, tuples and lists) on ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return type(batch)({key: _moved(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+        return type(batch)(*(_moved(item, device) for item in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_moved(item, device) for item in batch)
+    return batch
+
+
+def save_state(
+    directory: str | os.PathLike[str], loader: PreparedDataLoader, *, name: str = "train"
+) -> Path:
+    """Write ``loader``'s state into ``directory`` (a Ray checkpoint being made); its path.
+
+    Every worker at the same step has the same state, so one worker's checkpoint (rank
+    0's, as Ray's guide writes) is enough; each may write its own.
+    """
+    if not isinstance(loader, PreparedDataLoader):
+        raise TypeError(
+            f"loader must come from samplers.integrations.ray.prepare_data_loader, got "
+            f"{type(loader).__name__}"
+        )
+    path = Path(directory) / STATE_FILE.format(name=name)
+    path.write_text(json.dumps(loader.state_dict(), sort_keys=True))
+    return path
+
+
+def load_state(
+    loader: PreparedDataLoader,
+    checkpoint: ray.train.Checkpoint | None = None,
+    *,
+    name: str = "train",
+) -> bool:
+    """Load ``loader``'s state from ``checkpoint`` (default ``ray.train.get_checkpoint()``).
+
+    Returns whether a state was loaded: ``False`` when there is no checkpoint (a fresh
+    run); ``FileNotFoundError`` names the file when the checkpoint has none of this name.
+    """
+    if not isinstance(loader, PreparedDataLoader):
+        raise TypeError(
+            f"loader must come from samplers.integrations.ray.prepare_data_loader, got "
+            f"{type(loader).__name__}"
+        )
+    if checkpoint is None:
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return False
+    with checkpoint.as_directory() as directory:
+        path = Path(directory) / STATE_FILE.format(name=name)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"the checkpoint holds no loader state {path.name!r} (saved with "
+                f"save_state(directory, loader, name={name!r})?)"
+            )
+        loader.load_state_dict(json.loads(path.read_text()))
+    return True
+
+
+def _refusing(prepare: Any) -> Any:
+    """Ray's ``prepare_data_loader``, refusing a loader over a batch sampler of ours."""
+
+    @functools.wraps(prepare)
+    def refusing(data_loader: Any, *args: Any, **kwargs: Any) -> Any:
+        held = getattr(data_loader, "batch_sampler", None)
+        add = kwargs.get("add_dist_sampler", args[0] if args else True)
+        if isinstance(held, BATCH_SAMPLERS) and add:
+            raise TypeError(
+                f"ray.train.torch.prepare_data_loader would replace the loader's "
+                f"{type(held).__name__} with a stock DistributedSampler yielding one sample "
+                "per step, unshuffled; use samplers.integrations.ray.prepare_data_loader("
+                "loader) instead"
+            )
+        return prepare(data_loader, *args, **kwargs)
+
+    refusing.__dsampler_refusing__ = True  # type: ignore[attr-defined]
+    return refusing
+
+
+if not getattr(ray.train.torch.prepare_data_loader, "__dsampler_refusing__", False):
+    ray.train.torch.prepare_data_loader = _refusing(ray.train.torch.prepare_data_loader)

@@ -1,0 +1,334 @@
+"""What Ray Train does to a loader, observed in real ``TorchTrainer`` runs on a local cluster.
+
+:func:`cluster` starts a local Ray cluster on this machine (no dashboard) and always shuts
+it down. :func:`observe` runs one ``TorchTrainer`` of :data:`WORKERS` CPU workers in it:
+each worker builds every :data:`CASES` loader, hands it to Ray's
+``ray.train.torch.prepare_data_loader`` the way Ray's guide writes it (calling
+``loader.sampler.set_epoch(epoch)`` before each epoch), or to
+:func:`samplers.integrations.ray.prepare_data_loader`, and records the indices each step
+received over :data:`EPOCHS` epochs. At step :data:`CHECKPOINT_STEP` of the last epoch each
+case notes what a Ray user would checkpoint (ours: the loader's state; Ray's path: the
+epoch and step, and a sampler of ours its own ``state_dict()``); after all cases, the
+workers report one Ray checkpoint holding those notes and fail on purpose. Ray restarts the
+worker group (``FailureConfig(max_failures=1)``), ``ray.train.get_checkpoint()`` hands the
+restarted workers the checkpoint, and every case continues the last epoch from it the way
+its user would; what the restarted steps received is recorded too.
+
+The workers write what they saw to files in a directory the driver reads afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
+
+__all__ = [
+    "BATCH_SIZE",
+    "CASES",
+    "CHECKPOINT_STEP",
+    "DATASET_SIZE",
+    "EPOCHS",
+    "LENGTHS",
+    "MAX_TOKENS",
+    "WORKERS",
+    "Case",
+    "Items",
+    "Seen",
+    "cluster",
+    "observe",
+]
+
+DATASET_SIZE = 43
+BATCH_SIZE = 4
+EPOCHS = 2
+WORKERS = 2
+#: Steps of the last epoch taken before its checkpoint.
+CHECKPOINT_STEP = 3
+#: Token lengths of the samples, and the budget, for the token sampler.
+LENGTHS = [1 + (7 * index) % 13 for index in range(DATASET_SIZE)]
+MAX_TOKENS = 16
+#: CPUs of the local cluster, and each worker's share (workers fit with room to spare).
+CLUSTER_CPUS = 4
+WORKER_CPUS = 1.0
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One loader handed to Ray: its sampler, and whose ``prepare_data_loader`` gets it."""
+
+    name: str
+    sampler: str
+    ours: bool  # through samplers.integrations.ray (else Ray's prepare_data_loader)
+
+
+#: The samplers, by the name the tables use.
+SAMPLERS = {
+    "plain": "none (DataLoader(shuffle=True))",
+    "stock": "torch DistributedSampler",
+    "ours": 'DistributedSampler(tail="uneven")',
+    "batches": 'DistributedBatchSampler(tail="uneven")',
+    "tokens": 'DistributedTokenBatchSampler(tail="uneven")',
+    "wrapper": 'DistributedSamplerWrapper(RandomSampler, tail="uneven")',
+}
+OURS = ("ours", "batches", "tokens", "wrapper")
+
+CASES: tuple[Case, ...] = (
+    *(Case(f"ray-{name}", name, False) for name in SAMPLERS),
+    *(Case(f"ours-{name}", name, True) for name in OURS),
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one worker's steps received in one case: ``(epoch, batch)`` before the
+    restart and after it, the error if the case could not be built, and how the restart
+    continued (``"state"``, ``"sampler state"`` or ``"epoch start"``)."""
+
+    rank: int
+    before: tuple[tuple[int, tuple[int, ...]], ...]
+    after: tuple[tuple[int, tuple[int, ...]], ...]
+    error: str | None
+    restart: str
+
+
+@contextlib.contextmanager
+def cluster(cpus: int = CLUSTER_CPUS) -> Iterator[None]:
+    """A local Ray cluster of ``cpus`` CPUs for the block; shut down whatever happens.
+
+    Workers import this checkout (``PYTHONPATH``); Ray's console output is not shown.
+    """
+    import ray
+
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+    try:
+        ray.init(
+            num_cpus=cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            configure_logging=False,
+        )
+        yield
+    finally:
+        ray.shutdown()
+        if path:
+            os.environ["PYTHONPATH"] = path
+        else:
+            os.environ.pop("PYTHONPATH", None)
+
+
+def fit(
+    loop: Any,
+    config: dict[str, Any],
+    *,
+    workers: int | tuple[int, int] = WORKERS,
+    failures: int = 0,
+    storage: str,
+    name: str,
+    cpus_per_worker: float = WORKER_CPUS,
+) -> Any:
+    """Run ``loop(config)`` on ``workers`` Ray Train workers (in a running cluster); the
+    result, or the run's error raised."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(
+            num_workers=cast(Any, workers), resources_per_worker={"CPU": cpus_per_worker}
+        ),
+        run_config=RunConfig(
+            name=name, storage_path=storage, failure_config=FailureConfig(max_failures=failures)
+        ),
+    )
+    result = trainer.fit()
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+def observe() -> dict[str, list[Seen]]:
+    """Every case's records, per worker, from one run that restarts once (see the module)."""
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as storage:
+        with cluster():
+            fit(_cases_loop, {"out": out}, failures=1, storage=storage, name="cases")
+        seen: dict[str, list[Seen]] = {}
+        for case in CASES:
+            ranks = []
+            for rank in range(WORKERS):
+                record = json.loads((Path(out) / f"{case.name}-{rank}.json").read_text())
+                ranks.append(
+                    Seen(
+                        rank,
+                        _batches(record["before"]),
+                        _batches(record["after"]),
+                        record["error"],
+                        record["restart"],
+                    )
+                )
+            seen[case.name] = ranks
+        return seen
+
+
+def _batches(items: list[Any]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    return tuple((int(epoch), tuple(int(i) for i in batch)) for epoch, batch in items)
+
+
+# In the workers -------------------------------------------------------------------------
+
+
+def _cases_loop(config: dict[str, Any]) -> None:
+    import ray.train
+    from ray.train import Checkpoint
+
+    out = Path(config["out"])
+    rank = ray.train.get_context().get_world_rank()
+    checkpoint = ray.train.get_checkpoint()
+    notes: dict[str, Any] = {}
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            notes = json.loads((Path(directory) / "notes.json").read_text())
+    for case in CASES:
+        _run_case(case, out, rank, notes, restarted=checkpoint is not None)
+    if checkpoint is not None:
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / "notes.json").write_text(json.dumps(notes))
+        saved = Checkpoint.from_directory(directory) if rank == 0 else None
+        ray.train.report({"step": CHECKPOINT_STEP}, checkpoint=saved)
+    raise RuntimeError("a planned failure after the checkpoint (Ray restarts the workers)")
+
+
+def _run_case(case: Case, out: Path, rank: int, notes: dict[str, Any], *, restarted: bool) -> None:
+    path = out / f"{case.name}-{rank}.json"
+    record: dict[str, Any] = (
+        json.loads(path.read_text())
+        if restarted
+        else {"before": [], "after": [], "error": None, "restart": ""}
+    )
+    if record["error"] is None:
+        try:
+            _train(case, record, notes, restarted=restarted)
+        except Exception as error:  # what the case's user would see
+            record["error"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    path.write_text(json.dumps(record))
+
+
+def _train(case: Case, record: dict[str, Any], notes: dict[str, Any], *, restarted: bool) -> None:
+    loader, sampler = _prepared(case)
+    last = EPOCHS - 1
+    if restarted:
+        _continue(case, loader, sampler, notes[case.name], record)
+        return
+    for epoch in range(EPOCHS):
+        if not case.ours:
+            loader.sampler.set_epoch(epoch)  # as Ray's guide writes it
+        for step, batch in enumerate(loader):
+            record["before"].append((epoch, _indices(batch)))
+            if epoch == last and step + 1 == CHECKPOINT_STEP:
+                notes[case.name] = _note(case, loader, sampler, epoch, step + 1)
+
+
+def _note(case: Case, loader: Any, sampler: Any, epoch: int, steps: int) -> dict[str, Any]:
+    """What this case's user checkpoints at a step."""
+    if case.ours:
+        return {"state": loader.state_dict()}
+    if case.sampler in ("ours", "batches", "tokens", "wrapper") and sampler is not None:
+        return {"epoch": epoch, "steps": steps, "sampler": sampler.state_dict()}
+    return {"epoch": epoch, "steps": steps}
+
+
+def _continue(
+    case: Case, loader: Any, sampler: Any, note: dict[str, Any], record: dict[str, Any]
+) -> None:
+    """Continue the checkpoint's epoch the way this case's user would."""
+    if case.ours:
+        loader.load_state_dict(note["state"])
+        record["restart"] = "state"
+        epoch = loader.epoch
+    elif "sampler" in note:
+        sampler.load_state_dict(note["sampler"])  # the sampler Ray left in place
+        record["restart"] = "sampler state"
+        epoch = note["epoch"]
+        loader.sampler.set_epoch(epoch)
+    else:
+        record["restart"] = "epoch start"  # Ray's guide resumes at an epoch
+        epoch = note["epoch"]
+        loader.sampler.set_epoch(epoch)
+    for batch in loader:
+        record["after"].append((epoch, _indices(batch)))
+
+
+def _indices(batch: Any) -> list[int]:
+    return [int(i) for i in torch.as_tensor(batch).reshape(-1).tolist()]
+
+
+def _prepared(case: Case) -> tuple[Any, Any]:
+    """The case's loader, prepared by Ray or by us, and the sampler of ours Ray left in it
+    (``None`` when Ray replaced it)."""
+    import ray.train.torch
+
+    import samplers.integrations.ray as ours
+
+    dataset = Items()
+    loader = DataLoader(dataset, **_arguments(case.sampler, dataset))
+    if case.ours:
+        return ours.prepare_data_loader(loader), None
+    # Ray's own function, not the refusing one this project installs on import.
+    prepare = ray.train.torch.prepare_data_loader
+    prepare = getattr(prepare, "__wrapped__", prepare)
+    original = loader.batch_sampler if case.sampler in ("batches", "tokens") else loader.sampler
+    prepared = prepare(loader)
+    inner = getattr(prepared, "_dataloader", prepared)
+    kept = original in (inner.sampler, inner.batch_sampler)
+    return prepared, original if kept else None
+
+
+class Items(Dataset[torch.Tensor]):
+    """Sample ``i`` is ``tensor([i])``: batches of any size (one included) carry indices."""
+
+    def __len__(self) -> int:
+        return DATASET_SIZE
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index])
+
+
+def _arguments(name: str, dataset: Items) -> dict[str, Any]:
+    if name == "plain":
+        return {"batch_size": BATCH_SIZE, "shuffle": True}
+    if name == "stock":
+        return {"batch_size": BATCH_SIZE, "sampler": StockSampler(dataset, seed=0)}
+    if name == "ours":
+        return {"batch_size": BATCH_SIZE, "sampler": DistributedSampler(dataset, tail="uneven")}
+    if name == "batches":
+        return {"batch_sampler": DistributedBatchSampler(dataset, BATCH_SIZE, tail="uneven")}
+    if name == "tokens":
+        return {"batch_sampler": DistributedTokenBatchSampler(LENGTHS, MAX_TOKENS)}
+    if name == "wrapper":
+        wrapped = DistributedSamplerWrapper(RandomSampler(dataset), tail="uneven")
+        return {"batch_size": BATCH_SIZE, "sampler": wrapped}
+    raise ValueError(f"name must be one of {sorted(SAMPLERS)}, got {name!r}")
