@@ -19,7 +19,10 @@ field. Fields (version 2):
 A sampler whose order depends on more than these (the token sampler's budget, cost and
 window) adds those settings as further fields, which loading also needs to match.
 
-Version 1 states (per-rank counts, written by dsampler 0.1.0) are read and converted.
+States of format version 1 (one rank's count in its layout, the format before version 2)
+are read and converted to the position they describe; one whose ``last_epoch`` is its
+``epoch`` with nothing taken is the end of that epoch (version 1 wrote a finished epoch as a
+fresh iteration of an epoch that had already run), so it loads as a finished epoch.
 """
 
 from __future__ import annotations
@@ -234,6 +237,13 @@ def _decode_version_1(
             raise ValueError(f"taken={values['taken']}, start={layout.start}")
     except (TypeError, ValueError) as error:
         raise ValueError(f"version 1 state fields do not fit: {error}") from None
-    position = min(layout.position_after(values["taken"]), dataset_length)
-    # Version 1 described an iteration that had handed everything out as a fresh one.
-    return Saved(values["epoch"], values["seed"], position, finished=False)
+    last_epoch = state.get("last_epoch")
+    if last_epoch is not None and (isinstance(last_epoch, bool) or not isinstance(last_epoch, int)):
+        raise ValueError(f"state field 'last_epoch' must be an integer or null, got {last_epoch!r}")
+    position = layout.position_after(values["taken"])
+    # Version 1 wrote an epoch whose last step was done as a fresh iteration of the same
+    # epoch that had already run (``last_epoch == epoch``): that is a finished epoch.
+    ended = values["start"] == 0 and values["taken"] == 0 and last_epoch == values["epoch"]
+    if ended or position >= layout.stop:
+        return Saved(values["epoch"], values["seed"], dataset_length, finished=True)
+    return Saved(values["epoch"], values["seed"], min(position, dataset_length), finished=False)
