@@ -32,6 +32,7 @@ size.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
@@ -101,6 +102,18 @@ def length_sum(lengths: torch.Tensor) -> int:
         int(lengths[start : start + step].sum(dtype=torch.int64))
         for start in range(0, lengths.numel(), step)
     )
+
+
+def length_digest(lengths: torch.Tensor) -> str:
+    """A digest of ``lengths`` in order (BLAKE2b of their little-endian int64 bytes, a
+    chunk at a time): the same on every rank and platform for the same lengths, different
+    for another order of the same lengths."""
+    digest = hashlib.blake2b(digest_size=16)
+    step = CHUNK_SAMPLES * 16
+    for start in range(0, lengths.numel(), step):
+        chunk = lengths[start : start + step].to(torch.int64).numpy()
+        digest.update(chunk.astype("<i8", copy=False).tobytes())
+    return digest.hexdigest()
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

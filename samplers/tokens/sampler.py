@@ -21,7 +21,14 @@ from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import COSTS, Cost, TokenOrder, default_window, length_sum
+from samplers.tokens.order import (
+    COSTS,
+    Cost,
+    TokenOrder,
+    default_window,
+    length_digest,
+    length_sum,
+)
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -143,6 +150,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
+        self._length_digest: str | None = None
         warn_over_budget(self.lengths, self.max_tokens)
 
     # Plans ----------------------------------------------------------------------------------
@@ -203,9 +211,19 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
     def _new_iterator(self, plan: EpochPlan) -> BatchIterator:
         return BatchIterator.of(plan, checks.as_int("rank", self.rank))
 
+    @property
+    def length_digest(self) -> str:
+        """A digest of the lengths in order (computed once, when first needed), which a
+        state and :meth:`check_consistent` compare: the same sum in another order is
+        another epoch order."""
+        if self._length_digest is None:
+            self._length_digest = length_digest(self.lengths)
+        return self._length_digest
+
     def _order_fields(self) -> dict[str, int | str]:
         return {
             "length_sum": self.length_sum,
+            "length_digest": self.length_digest,
             "max_tokens": self.max_tokens,
             "cost": self.cost,
             "window": self.window,
@@ -257,6 +275,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         return {
             **super().settings(),
             "length sum": self.length_sum,
+            "length digest": self.length_digest,
             "max_tokens": self.max_tokens,
             "cost": self.cost,
             "window": self.window,
