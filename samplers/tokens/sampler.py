@@ -100,7 +100,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         cost: ``"padded"`` or ``"sum"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         window: samples sorted together; default: about 64 batches' worth at the mean
-            length, and at most a quarter of the dataset. Larger windows pad less and
+            length, at most a quarter of the dataset unless two batches' worth is more,
+            and never more than the dataset (a budget far above the data: one window of
+            the whole dataset, cut into batches as it allows). Larger windows pad less and
             shuffle less: a window as large as the dataset gives the same batches every
             epoch (sorted by length), only their order changes.
         permutation: ``"feistel"`` (default: nothing of size ``N`` is drawn, the
