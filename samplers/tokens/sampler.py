@@ -252,12 +252,12 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         """Warn once when ranks get different numbers of batches (``"uneven"`` only)."""
         if self._warned_unequal:
             return
-        counts = set(layout.counts())
-        if len(counts) > 1:
+        fewest, most = layout.count_range()
+        if fewest != most:
             self._warned_unequal = True
             warnings.warn(
-                f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
-                f"{max(counts)} batches this epoch: too few batches of two samples or more "
+                f"{type(self).__name__}(tail='uneven') gives ranks {fewest} or "
+                f"{most} batches this epoch: too few batches of two samples or more "
                 f"are left to cut for {layout.world_size} ranks, so a collective run once "
                 "per batch would wait on the ranks with fewer; use tail='pad' or DDP's join()",
                 UserWarning,
