@@ -21,7 +21,7 @@ maps the modules on one screen.
 
 from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import EpochTypeError, SeedTypeError
-from samplers.consistency import InconsistentRanksError
+from samplers.consistency import InconsistentRanksError, RankFailedError
 from samplers.gather import gather_unsharded, unshard
 from samplers.mixture import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.plan import EpochPlan, ShardSizes
@@ -39,6 +39,7 @@ __all__ = [
     "EpochPlan",
     "EpochTypeError",
     "InconsistentRanksError",
+    "RankFailedError",
     "SeedTypeError",
     "ShardSizes",
     "gather_unsharded",

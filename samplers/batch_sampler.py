@@ -14,7 +14,11 @@ from samplers.iterators import BatchIterator
 from samplers.options import Permutation, Tail
 from samplers.plan import Batched, EpochPlan, Layout
 
-__all__ = ["DistributedBatchSampler"]
+__all__ = ["MAX_PAD_BATCH", "DistributedBatchSampler"]
+
+#: With ``tail="pad"``, a batch larger than the dataset repeats its samples; one of more
+#: than this many indices (and more than the dataset's) is refused rather than built.
+MAX_PAD_BATCH = 1 << 24
 
 
 class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
@@ -35,8 +39,14 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
 
     ``tail`` decides the last, partial step:
 
-    * ``"pad"`` (default): every batch is full; the last step repeats the head of the
-      epoch order, fewer than ``num_replicas * batch_size`` samples twice;
+    * ``"pad"`` (default): every batch is full; the last step's batches are filled by
+      repeating the epoch order from its head (from the head again while the order is
+      shorter than what is missing). Fewer than ``num_replicas * batch_size`` positions
+      are padding, so over the epoch each sample is seen ``floor(T / N)`` or
+      ``ceil(T / N)`` times, ``T = len(sampler) * num_replicas * batch_size``: at most
+      twice when ``N >= num_replicas * batch_size``, more often on a smaller dataset
+      (3 samples, batch size 8, 2 ranks: 5 or 6 times). A ``batch_size`` above both the
+      dataset size and :data:`MAX_PAD_BATCH` is refused with ``"pad"``;
     * ``"drop"``: every batch is full; fewer than ``num_replicas * batch_size`` samples
       at the tail of the order are not seen that epoch (others each epoch when shuffling);
     * ``"uneven"``: every sample exactly once per epoch, batch sizes balanced (all of the
@@ -126,6 +136,14 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         checks.rank(self.rank, num_replicas)
         tail = checks.tail(self.tail, drop_last=False)
         batch_size = checks.positive("batch_size", self.batch_size)
+        if tail == "pad" and dataset_size and batch_size > max(dataset_size, MAX_PAD_BATCH):
+            raise ValueError(
+                f"batch_size={batch_size} with tail='pad' and {dataset_size} samples would "
+                f"build batches of {batch_size} indices, each sample repeated about "
+                f"{batch_size // dataset_size} times in each: batch_size must be at most "
+                f"{max(dataset_size, MAX_PAD_BATCH)} with tail='pad' here, or use "
+                "tail='uneven' or 'drop'"
+            )
         return self._settings_plan(Batched(dataset_size, num_replicas, batch_size, tail, start))
 
     def _dataset_length(self) -> int:
@@ -150,12 +168,12 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
         or a resumed epoch with less left than the new world size) or with batch size 1
         and a world size that does not divide them: every sample exactly once wins.
         """
-        counts = set(layout.counts())
-        if len(counts) > 1 and not self._warned_unequal:
+        fewest, most = layout.count_range()
+        if fewest != most and not self._warned_unequal:
             self._warned_unequal = True
             warnings.warn(
-                f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
-                f"{max(counts)} batches this epoch ({layout.remaining} samples left for "
+                f"{type(self).__name__}(tail='uneven') gives ranks {fewest} or "
+                f"{most} batches this epoch ({layout.remaining} samples left for "
                 f"{layout.world_size} ranks, batch size {self.batch_size}): a collective "
                 "run once per batch would wait on the ranks with fewer; use tail='pad' or "
                 "DDP's join()",

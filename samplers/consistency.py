@@ -19,7 +19,11 @@ must agree (dataset length, world size, rank, seed, epoch, shuffle, tail, batch 
   same samples.
 
 It raises :class:`InconsistentRanksError` on every rank that took part, with the same
-message, naming the global ranks that differ and their values.
+message, naming the global ranks that differ and their values. A rank that cannot compute
+its settings (its ``len(dataset)`` raises, say) still takes part in every exchange, with its
+error instead of its settings, so no rank waits on it: every rank raises
+:class:`RankFailedError` at once, naming the failing ranks and their errors (the failing
+rank's own error is its ``__cause__``).
 
 Both are collectives: every rank of the group (for ``seed=None``, every process of the job)
 must call them at the same point (building the samplers at the same point of the script
@@ -30,7 +34,7 @@ collective.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch.distributed as dist
@@ -39,6 +43,7 @@ from samplers import checks, groups
 
 __all__ = [
     "InconsistentRanksError",
+    "RankFailedError",
     "agreed_seed",
     "check_consistent",
     "compare_replicas",
@@ -61,6 +66,14 @@ _SHARD = ("rank", "num_replicas")
 
 class InconsistentRanksError(ValueError):
     """Ranks hold different values for settings that must agree."""
+
+
+class RankFailedError(RuntimeError):
+    """A rank could not compute its settings for :func:`check_consistent`."""
+
+
+#: A rank's failure: (global rank, ``"<type>: <message>"``).
+Failure = tuple[int, str]
 
 
 def _group_active(group: groups.GroupRef) -> bool:
@@ -170,16 +183,22 @@ def compare_replicas(settings: Sequence[Mapping[str, Any]], ranks: Sequence[int]
 
 
 def check_consistent(
-    settings: Mapping[str, Any], group: Any = None, *, replicas: Any = None
+    settings: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+    group: Any = None,
+    *,
+    replicas: Any = None,
 ) -> None:
     """Collective: the samplers of ``group`` and of ``replicas`` agree; else raise on every rank.
 
-    ``settings`` maps names to plain values (what a sampler's ``settings()`` returns);
-    ``group`` is the data-parallel group the samplers shard over (``None``: the default
-    group), ``replicas`` the group whose members must read the same samples (a tensor- or
-    context-parallel group; ``None``: none). Each is ``None``, a ``ProcessGroup`` or a 1-D
-    ``DeviceMesh``. Every rank of both groups must call it. Without an initialised process
-    group there is nothing to compare with.
+    ``settings`` maps names to plain values (what a sampler's ``settings()`` returns), or is
+    a function returning them, called here: an exception it raises is exchanged with the
+    other ranks instead of the settings, and every rank raises :class:`RankFailedError`
+    naming it. ``group`` is the data-parallel group the samplers shard over (``None``: the
+    default group), ``replicas`` the group whose members must read the same samples (a
+    tensor- or context-parallel group; ``None``: none). Each is ``None``, a
+    ``ProcessGroup`` or a 1-D ``DeviceMesh``. Every rank of both groups must call it.
+    Without an initialised process group there is nothing to compare with (a function is
+    still called, and its exception raised).
 
     When every data-parallel group meets every replica group in one process (a mesh), the
     problems found anywhere reach every rank, and every rank raises the same
@@ -190,28 +209,52 @@ def check_consistent(
     if not _group_active(data):
         if peers is not None:
             _group_active(peers)  # a given group without a process group raises
+        if callable(settings):
+            settings()
         return
-    found: list[Problem] = []
     if peers is not None:
         _group_active(peers)
+    own: dict[str, Any] | None = None
+    error: BaseException | None = None
+    failed: list[Failure] = []
+    try:
+        own = dict(settings() if callable(settings) else settings)
+    except Exception as raised:  # exchanged, so that no other rank waits on this one
+        error = raised
+        failed.append((dist.get_rank(), f"{type(raised).__name__}: {raised}"))
+    found: list[Problem] = []
+    if peers is not None:
         peer_ranks = tuple(groups.global_ranks(peers))
-        peer_settings = _gathered(dict(settings), peers)
-        problem = compare_replicas(peer_settings, peer_ranks)
-        if problem is not None:
-            found.append((1, peer_ranks, problem))
-        if any(len({repr(entry.get(key)) for entry in peer_settings}) > 1 for key in _SHARD):
-            found.append(_SHARD_OVER_DATA_PARALLEL)
+        exchanged_peers = _gathered((own, failed), peers)
+        failed = sorted({item for _, theirs in exchanged_peers for item in theirs})
+        if not failed:
+            peer_settings = [entry for entry, _ in exchanged_peers]
+            problem = compare_replicas(peer_settings, peer_ranks)
+            if problem is not None:
+                found.append((1, peer_ranks, problem))
+            if any(len({repr(entry.get(key)) for entry in peer_settings}) > 1 for key in _SHARD):
+                found.append(_SHARD_OVER_DATA_PARALLEL)
     # The data-parallel group compares its settings and learns what its members found
     # among their replicas; the replicas then learn what each data-parallel group found.
     data_ranks = tuple(groups.global_ranks(data))
-    exchanged = _gathered((dict(settings), found), data)
-    problem = compare_settings([entry for entry, _ in exchanged], data_ranks)
-    if problem is not None:
-        scope = "" if data.is_default else f"over the group of ranks {list(data_ranks)}: "
-        found.append((0, data_ranks, scope + problem))
-    found += [item for _, theirs in exchanged for item in theirs]
+    exchanged = _gathered((own, found, failed), data)
+    failed = sorted({item for _, _, theirs in exchanged for item in theirs})
+    if not failed:
+        problem = compare_settings([entry for entry, _, _ in exchanged], data_ranks)
+        if problem is not None:
+            scope = "" if data.is_default else f"over the group of ranks {list(data_ranks)}: "
+            found.append((0, data_ranks, scope + problem))
+    found += [item for _, theirs, _ in exchanged for item in theirs]
     if peers is not None:
-        found = [item for theirs in _gathered(found, peers) for item in theirs]
+        gathered = _gathered((found, failed), peers)
+        found = [item for theirs, _ in gathered for item in theirs]
+        failed = sorted({item for _, theirs in gathered for item in theirs})
+    if failed:
+        listed = "; ".join(f"rank {rank}: {text}" for rank, text in failed)
+        raise RankFailedError(
+            f"check_consistent: {len(failed)} rank(s) could not compute their sampler "
+            f"settings, so none were compared: {listed}"
+        ) from error
     problems = sorted(set(found))
     if problems:
         listed = "; ".join(text for _, _, text in problems)

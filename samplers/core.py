@@ -424,12 +424,14 @@ class SamplerCore(ABC):
         permutation, batch size), that the ranks are ``0 .. W - 1`` once each and that
         ``num_replicas`` is the group's size ``W``; over ``replicas`` (e.g. ``mesh["tp"]``),
         that every member's settings are identical, rank included. The error names the
-        ranks that differ and their values (see :mod:`samplers.consistency`). Call it on
+        ranks that differ and their values (see :mod:`samplers.consistency`); when a rank
+        cannot compute its settings (``len(dataset)`` raises, say), every rank raises
+        :class:`~samplers.consistency.RankFailedError` naming it and its error. Call it on
         every rank at the same point, e.g. after building the sampler and after each
         ``set_epoch``.
         """
         own = self.group if group is None else group
-        consistency.check_consistent(self.settings(), own, replicas=replicas)
+        consistency.check_consistent(self.settings, own, replicas=replicas)
 
     # Copies -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ COCO-style mAP): compute them once, on the unsharded list.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -45,6 +45,15 @@ def _plan_of(sampler: Planned | EpochPlan) -> EpochPlan:
     return planned
 
 
+def _sized(value: Any) -> bool:
+    """A sequence of results: sized and indexable, not a string or a mapping."""
+    return (
+        hasattr(value, "__len__")
+        and hasattr(value, "__getitem__")
+        and not isinstance(value, (str, bytes, Mapping))
+    )
+
+
 def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> list[Any]:
     """Each sample's result exactly once, in dataset order (index ``i`` at ``[i]``).
 
@@ -55,7 +64,8 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     one per position of the wrapped sampler's stream. ``sampler`` is
     any rank's sampler of the same configuration, at the epoch the results are from (its
     ``plan()`` is read; or pass that ``EpochPlan``). Samples no rank received (tail
-    ``"drop"``) hold ``None``. Raises ``ValueError`` when the number of parts is not the
+    ``"drop"``) hold ``None``. Raises ``TypeError`` naming ``parts`` (or ``parts[r]``)
+    when it is not a sequence, and ``ValueError`` when the number of parts is not the
     world size or a part's length is not what its rank was handed.
     """
     plan = _plan_of(sampler)
@@ -64,6 +74,17 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     # A wrapped sampler's stream may repeat indices or skip some: its results go back
     # in stream order, one per position, instead of in dataset order.
     by_position = isinstance(plan.order, StreamOrder)
+    if not _sized(parts):
+        raise TypeError(
+            f"parts must be a sequence of one sequence of results per rank, got "
+            f"{type(parts).__name__}"
+        )
+    for rank, part in enumerate(parts):
+        if not _sized(part):
+            raise TypeError(
+                f"parts[{rank}] must be a sequence of rank {rank}'s results, got "
+                f"{type(part).__name__}"
+            )
     if len(parts) != world_size:
         raise ValueError(f"parts must hold one sequence per rank ({world_size}), got {len(parts)}")
     results: list[Any] = [None] * size

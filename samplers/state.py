@@ -16,10 +16,18 @@ field. Fields (version 2):
 ``finished``
     Nothing more of the epoch is handed out (its last step is done).
 
-A sampler whose order depends on more than these (the token sampler's budget, cost and
-window) adds those settings as further fields, which loading also needs to match.
+A sampler whose order depends on more than these (the token sampler's budget, cost,
+window, and the sum and a digest of its lengths) adds those settings as further fields,
+which loading also needs to match. A field of :data:`LATER_FIELDS` may be missing: version 2
+states written before it existed load, checked on the fields they have.
 
-Version 1 states (per-rank counts, written by dsampler 0.1.0) are read and converted.
+A state no ``state_dict()`` writes is refused, naming the fields: ``finished`` with a
+``position`` short of the dataset's length, for one.
+
+States of format version 1 (one rank's count in its layout, the format before version 2)
+are read and converted to the position they describe; one whose ``last_epoch`` is its
+``epoch`` with nothing taken is the end of that epoch (version 1 wrote a finished epoch as a
+fresh iteration of an epoch that had already run), so it loads as a finished epoch.
 """
 
 from __future__ import annotations
@@ -32,10 +40,14 @@ from samplers import checks
 from samplers.options import TAILS
 from samplers.plan import Batched, Layout, Strided
 
-__all__ = ["STATE_VERSION", "Saved", "decode", "encode"]
+__all__ = ["LATER_FIELDS", "STATE_VERSION", "Saved", "decode", "encode"]
 
 #: The version :func:`encode` writes.
 STATE_VERSION = 2
+
+#: Order fields added to version 2 after states without them were written: such a state
+#: still loads, checked on the fields it has (the token sampler's ``length_digest``).
+LATER_FIELDS = frozenset({"length_digest"})
 
 _FIELDS: dict[str, type] = {
     "version": int,
@@ -149,6 +161,8 @@ def decode(
     if unknown:
         raise ValueError(f"state field {unknown[0]!r} is not one dsampler writes")
     for name, expected in own.items():
+        if name not in state and name in LATER_FIELDS:
+            continue  # written before the field existed: checked without it
         value = _field(state, name, type(expected))
         if value != expected:
             raise ValueError(
@@ -160,6 +174,12 @@ def decode(
         raise ValueError(
             f"state field 'position' is {position}, outside the epoch's positions "
             f"[0, {dataset_length}]"
+        )
+    if values["finished"] and position != dataset_length:
+        raise ValueError(
+            f"state fields 'finished' and 'position' contradict each other: finished=True "
+            f"with position={position}, but a finished epoch's position is its end, "
+            f"{dataset_length}"
         )
     _check_key(values["seed"], values["epoch"], shuffle, permutation)
     return Saved(values["epoch"], values["seed"], position, values["finished"])
@@ -241,6 +261,13 @@ def _decode_version_1(
             raise ValueError(f"taken={values['taken']}, start={layout.start}")
     except (TypeError, ValueError) as error:
         raise ValueError(f"version 1 state fields do not fit: {error}") from None
-    position = min(layout.position_after(values["taken"]), dataset_length)
-    # Version 1 described an iteration that had handed everything out as a fresh one.
-    return Saved(values["epoch"], values["seed"], position, finished=False)
+    last_epoch = state.get("last_epoch")
+    if last_epoch is not None and (isinstance(last_epoch, bool) or not isinstance(last_epoch, int)):
+        raise ValueError(f"state field 'last_epoch' must be an integer or null, got {last_epoch!r}")
+    position = layout.position_after(values["taken"])
+    # Version 1 wrote an epoch whose last step was done as a fresh iteration of the same
+    # epoch that had already run (``last_epoch == epoch``): that is a finished epoch.
+    ended = values["start"] == 0 and values["taken"] == 0 and last_epoch == values["epoch"]
+    if ended or position >= layout.stop:
+        return Saved(values["epoch"], values["seed"], dataset_length, finished=True)
+    return Saved(values["epoch"], values["seed"], min(position, dataset_length), finished=False)

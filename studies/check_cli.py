@@ -9,8 +9,12 @@ table`` (default) for a reader, ``--format json`` a list of objects with ``guara
 
 A factory takes, by name, any of the kit's arguments (``samplers.testing.ARGUMENTS``); one
 that requires another parameter is refused before anything runs, with the accepted names.
-``--timeout`` bounds each configuration (the kit's ``time_limit``: an interval timer on the
-main thread; platforms without ``SIGALRM`` run unbounded).
+``--timeout`` bounds every call into the factory's code: importing it, the probe that
+checks it builds a sampler, and each configuration searched (the kit's ``time_limit``: an
+interval timer on the main thread; platforms without ``SIGALRM`` run unbounded). An
+iteration that yields more than its configuration's share can hold is stopped whatever the
+timeout (a memory bound): a probe that never ends is refused (status 2), a configuration
+violates ``handles-every-size``.
 
 Exit status: 0 when no guarantee is violated, 1 when one is or a configuration ran out
 of time, 2 for a ``MODULE:FACTORY`` that cannot be imported, is not callable, takes
@@ -94,9 +98,19 @@ def run(args: argparse.Namespace) -> int:
 
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    from samplers.testing.running import Expired, time_limit
+
     try:
-        factory = testing.load_factory(args.factory)
-        testing.validated(factory, args.factory)
+        with time_limit(args.timeout):
+            factory = testing.load_factory(args.factory)
+        testing.validated(factory, args.factory, seconds=args.timeout)
+    except Expired:
+        print(
+            f"dsampler check: error: importing {args.factory} took longer than --timeout "
+            f"{args.timeout:g} s",
+            file=sys.stderr,
+        )
+        return 2
     except (ValueError, TypeError) as error:
         accepted = f"a factory takes, by name, any of: {', '.join(ARGUMENTS)}"
         shown = str(error) if "any of:" in str(error) else f"{error} ({accepted})"

@@ -300,3 +300,67 @@ def hanging(dataset: Any) -> _Hanging:
 def needs_world_size(dataset: Any, world_size: int, rank: int) -> Any:
     """Names the world size ``world_size``, which the kit does not pass."""
     return range(rank, len(dataset), world_size)
+
+
+class _Endless(Strided):
+    """Its iterator never ends (``while True: yield 0``), on any dataset or only on those
+    of more than 100 samples."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, always: bool) -> None:
+        super().__init__(dataset, num_replicas, rank)
+        self.always = always
+
+    def __iter__(self) -> Iterator[int]:
+        if self.always or self.size > 100:
+            while True:
+                yield 0
+        yield from super().__iter__()
+
+
+def endless(dataset: Any, num_replicas: int, rank: int) -> Any:
+    """A sampler whose iterator never ends."""
+    return _Endless(dataset, num_replicas, rank, always=True)
+
+
+def endless_when_large(dataset: Any, num_replicas: int, rank: int) -> Any:
+    """Never ends on datasets of more than 100 samples (the kit's probe is smaller)."""
+    return _Endless(dataset, num_replicas, rank, always=False)
+
+
+class _Blocking(Strided):
+    """Its iterator blocks for good on its first item (waits on an event never set)."""
+
+    def __iter__(self) -> Iterator[int]:
+        import threading
+
+        threading.Event().wait()
+        yield from super().__iter__()
+
+
+def blocking(dataset: Any, num_replicas: int, rank: int) -> Any:
+    """A sampler whose iterator blocks."""
+    return _Blocking(dataset, num_replicas, rank)
+
+
+class AcceptsAnyCount(CountingResume):
+    """Resumes right, but loads any count, even one past its share or below zero."""
+
+    off_by = 0
+
+
+def wrong_refuses_impossible_states(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return AcceptsAnyCount(dataset, num_replicas, rank, seed)
+
+
+class IgnoresLastEpoch(DistributedSampler):
+    """Reads a version-1 state as the first decoder did: without its ``last_epoch``, an
+    ended epoch loads as a fresh one and is replayed."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("version") == 1:
+            state_dict = {**state_dict, "last_epoch": None}
+        super().load_state_dict(state_dict)
+
+
+def wrong_loads_version_1_states(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return IgnoresLastEpoch(dataset, num_replicas, rank, seed=seed, tail="uneven")

@@ -112,7 +112,12 @@ def test_defaults_and_large() -> None:
         (["--sizes", "1.5e0"], "invalid size '1.5e0': 1.5 is not a whole number"),
         (["--sizes", "ten"], "argument --sizes: invalid size 'ten'"),
         (["--sizes", "1e-3"], "argument --sizes: invalid size '1e-3'"),
-        (["--sizes", "2**63"], "--sizes must all be at most 2**63 - 1, got 9223372036854775808"),
+        (["--sizes", "2**63"], "--sizes must all be at most 10**10 (the stock sampler's"),
+        (
+            ["--sizes", "1e12"],
+            "at most 10**10 (the stock sampler's permutation takes 8 bytes a "
+            "sample), got 1000000000000",
+        ),
         (["--sizes", "10", "10"], "--sizes must not repeat a value, got [10, 10]"),
         (["--world-sizes", "8", "0"], "--world-sizes must all be at least 1, got 0"),
         (["--world-sizes", "2", "2"], "--world-sizes must not repeat a value, got [2, 2]"),
@@ -542,3 +547,12 @@ def test_sigterm_stops_the_measuring_processes(tmp_path: Path) -> None:
         if bench.poll() is None:
             bench.kill()
             bench.communicate()
+
+
+def test_the_default_timeout_is_capped_at_the_documented_3600_seconds() -> None:
+    from studies.bench import cli, grid
+
+    assert grid.MAX_TIMEOUT == cli.MAX_TIMEOUT == 3600
+    assert grid._timeout(10**6) == 65
+    assert grid._timeout(10**12) == 3600  # was 5,000,060 s: an OverflowError in poll()
+    assert grid._timeout(cli.MAX_SIZE) == 3600

@@ -38,6 +38,8 @@ HOLDERS = {
     "deterministic": kit_samplers.ours_uneven,
     "resumes-same-world-size": kit_samplers.ours_batches_pad,
     "resumes-other-world-size": kit_samplers.ours_uneven,
+    "refuses-impossible-states": kit_samplers.ours_batches_pad,
+    "loads-version-1-states": kit_samplers.ours_uneven,
 }
 
 
@@ -66,6 +68,8 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
             "deterministic",
             "resumes-same-world-size",
             "resumes-other-world-size",
+            "refuses-impossible-states",
+            "loads-version-1-states",
         ]
     )
 

@@ -79,8 +79,14 @@ class Layout(ABC):
         return torch.arange(self.start, self.stop, dtype=torch.int64)
 
     def counts(self) -> list[int]:
-        """Every rank's :meth:`count`."""
+        """Every rank's :meth:`count` (O(world size): see :meth:`count_range`)."""
         return [self.count(rank) for rank in range(self.world_size)]
+
+    def count_range(self) -> tuple[int, int]:
+        """The fewest and the most items a rank takes, in O(1) of the world size: every
+        layout gives lower ranks at least as many items as higher ones, so these are the
+        last rank's and the first's."""
+        return self.count(self.world_size - 1), self.count(0)
 
 
 @dataclass(frozen=True)

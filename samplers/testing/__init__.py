@@ -78,6 +78,11 @@ from samplers.testing.search import (
     check_all,
     check_guarantee,
 )
+from samplers.testing.states import (
+    loads_version_1_states,
+    refuses_impossible_states,
+    version_1_state,
+)
 
 __all__ = [
     "ARGUMENTS",
@@ -115,11 +120,14 @@ __all__ = [
     "handles_every_size",
     "len_matches_iteration",
     "load_factory",
+    "loads_version_1_states",
     "no_tiny_batch",
     "reference",
+    "refuses_impossible_states",
     "reshuffles_with_set_epoch",
     "resumes_other_world_size",
     "resumes_same_world_size",
     "seed_changes_order",
     "validated",
+    "version_1_state",
 ]

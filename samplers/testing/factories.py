@@ -18,12 +18,16 @@ from samplers.testing.registry import guarantee
 from samplers.testing.running import (
     ARGUMENTS,
     Configuration,
+    Expired,
     Factory,
     Failure,
     Rejected,
+    Unbounded,
+    bounded,
     build,
     epoch_outputs,
     iterate,
+    time_limit,
 )
 
 __all__ = [
@@ -111,10 +115,30 @@ def _unknown_required(factory: Factory) -> list[str]:
     ]
 
 
-def validated(factory: Factory, name: str = "factory") -> Factory:
+def validated(factory: Factory, name: str = "factory", *, seconds: float | None = None) -> Factory:
     """``factory`` when it builds a sampler for :data:`PROBE` (rank 0) that yields
     indices or lists of indices; else ``TypeError`` naming ``name`` and what went wrong
-    (for a parameter the kit cannot pass, the names it can)."""
+    (for a parameter the kit cannot pass, the names it can).
+
+    Building and iterating the probe take at most ``seconds`` (``None``: no limit; see
+    :func:`~samplers.testing.running.time_limit`), and an iteration that yields more than
+    the probe's share can hold is stopped: a factory whose iterator never ends or blocks
+    is a ``TypeError`` too."""
+    try:
+        with time_limit(seconds), bounded(PROBE):
+            return _validated(factory, name)
+    except Expired:
+        raise TypeError(
+            f"{name} took longer than {seconds:g} s to build and iterate a sampler for "
+            f"{asdict(PROBE)} (rank 0): it blocks, or its iterator does not end"
+        ) from None
+    except Unbounded as error:
+        raise TypeError(
+            f"{name} returned a sampler for {asdict(PROBE)} (rank 0) whose {error}"
+        ) from None
+
+
+def _validated(factory: Factory, name: str) -> Factory:
     if not callable(factory):
         raise TypeError(f"{name} must be callable, got {type(factory).__name__}")
     unknown = _unknown_required(factory)
@@ -145,9 +169,14 @@ def validated(factory: Factory, name: str = "factory") -> Factory:
 def outputs_json(texts: Sequence[str], configurations: Sequence[Configuration]) -> str:
     """What each factory named in ``texts`` yields in each configuration, as JSON (an
     object by name)."""
-    return json.dumps(
-        {text: [epoch_outputs(load_factory(text), c) for c in configurations] for text in texts}
-    )
+    outputs: dict[str, list[Any]] = {}
+    for text in texts:
+        factory = load_factory(text)
+        outputs[text] = []
+        for configuration in configurations:
+            with bounded(configuration):
+                outputs[text].append(epoch_outputs(factory, configuration))
+    return json.dumps(outputs)
 
 
 def fresh_outputs(
@@ -203,7 +232,8 @@ def deterministic_across_processes(
     if fresh is None:
         fresh = fresh_outputs([text], configurations, timeout=timeout)[text]
     for configuration, theirs in zip(configurations, fresh, strict=True):
-        ours = json.loads(json.dumps(epoch_outputs(factory, configuration)))
+        with bounded(configuration):
+            ours = json.loads(json.dumps(epoch_outputs(factory, configuration)))
         try:
             same_outputs(
                 ours,

@@ -10,10 +10,14 @@ they yield, never by an empty epoch (:func:`yields_batches`). The dataset is
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import inspect
 import itertools
 import operator
+import signal
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,14 +29,19 @@ from torch.utils.data import BatchSampler
 __all__ = [
     "ARGUMENTS",
     "Configuration",
+    "Expired",
     "Factory",
     "Failure",
     "Rejected",
+    "Unbounded",
     "Unsupported",
     "Violation",
+    "bounded",
     "build",
     "epoch_outputs",
     "iterate",
+    "most_items",
+    "time_limit",
     "yields_batches",
 ]
 
@@ -206,10 +215,86 @@ def _index(value: Any) -> int:
 
 
 def iterate(sampler: Any, limit: int | None = None) -> list[Any]:
-    """What one ``iter()`` of the sampler yields (at most ``limit`` items)."""
+    """What one ``iter()`` of the sampler yields (at most ``limit`` items).
+
+    Inside :func:`bounded`, an iteration that yields more items, or more indices, than the
+    configuration's share can hold raises :class:`Unbounded` instead of growing.
+    """
+    most = _MOST.get()
+    if limit is None and most is not None:
+        limit = most + 1
+    found: list[Any] = []
+    indices = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [item(value) for value in itertools.islice(iter(sampler), limit)]
+        for value in itertools.islice(iter(sampler), limit):
+            found.append(item(value))
+            indices += len(found[-1]) if isinstance(found[-1], list) else 1
+            if most is not None and (len(found) > most or indices > most):
+                raise Unbounded(most)
+    return found
+
+
+class Unbounded(RuntimeError):
+    """An iteration yielded more than its configuration's share can hold."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(
+            f"one iter() of the sampler yielded more than {most} indices, more than any "
+            "rank's share of the configuration holds: its iterator does not end (or "
+            "repeats far too much), so the kit stopped it"
+        )
+
+
+#: The most items (and indices) one iteration may yield, inside :func:`bounded`.
+_MOST: contextvars.ContextVar[int | None] = contextvars.ContextVar("most", default=None)
+
+
+def most_items(configuration: Configuration) -> int:
+    """A generous bound on one rank's share: every sample and a padded step's worth, four
+    times over (a share of any tail holds far less)."""
+    world = max(configuration.world_size, configuration.other_world_size)
+    return 4 * (configuration.dataset_size + world * configuration.batch_size) + 16
+
+
+@contextlib.contextmanager
+def bounded(configuration: Configuration) -> Iterator[None]:
+    """Within the block, :func:`iterate` stops past :func:`most_items` (memory bound)."""
+    token = _MOST.set(most_items(configuration))
+    try:
+        yield
+    finally:
+        _MOST.reset(token)
+
+
+class Expired(BaseException):
+    """Raised into the running code when its time limit passes (a ``BaseException``, so
+    that a sampler's ``except Exception`` does not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the block with :class:`Expired` after ``seconds`` (an interval timer on
+    the main thread, ``SIGALRM``; elsewhere, or with ``None``, unbounded). A blocking call
+    that retries on ``EINTR`` is interrupted too, as the handler raises."""
+    if (
+        seconds is None
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise Expired
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def set_epoch(sampler: Any, epoch: int) -> None:

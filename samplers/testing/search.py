@@ -5,17 +5,19 @@ Derandomised by default (the same examples every run); ``thorough`` searches lon
 random examples. A configuration the sampler raises for is skipped (and named in the
 result) by every guarantee but ``handles-every-size``, which it violates. A configuration
 that takes longer than ``time_limit`` seconds stops the search with :class:`TimedOut`: a
-sampler that hangs is not one to search further.
+sampler that hangs is not one to search further. The limit covers every call into the
+factory's code: :func:`check_all` validates the factory within it, and the fresh-process
+comparison of ``deterministic`` within a minute plus twice the limit per configuration. An
+iteration that yields more than the configuration's share can hold is stopped whatever the
+limit (:func:`~samplers.testing.running.bounded`): the sampler does not take that
+configuration (a ``handles-every-size`` violation).
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import subprocess
-import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +30,14 @@ from samplers.testing.factories import (
 from samplers.testing.registry import CHECKS, GUARANTEES
 from samplers.testing.running import (
     Configuration,
+    Expired,
     Factory,
     Rejected,
     Unsupported,
     Violation,
+    bounded,
 )
+from samplers.testing.running import time_limit as within
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,11 +165,6 @@ def _counterexample(configuration: Configuration, violation: Violation) -> dict[
     return found
 
 
-class _Expired(BaseException):
-    """Raised into the running check when its time limit passes (a ``BaseException``, so
-    that a sampler's ``except Exception`` does not swallow it)."""
-
-
 class TimedOut(Exception):
     """A configuration ran past the search's ``time_limit``; ``configuration`` is it."""
 
@@ -174,44 +174,21 @@ class TimedOut(Exception):
         self.configuration = configuration
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` (main thread with SIGALRM only)."""
-    if (
-        seconds is None
-        or not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise _Expired
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _violation(
-    guarantee: str, factory: Factory, configuration: Configuration, time_limit: float | None
+    guarantee: str, factory: Factory, configuration: Configuration, seconds: float | None
 ) -> Violation | None:
     """The violation the check raises, ``None`` when it holds. Any other error of the
     sampler (building or iterating it) means it does not take this configuration:
-    :class:`Rejected` (a violation of ``handles-every-size``). Running past ``time_limit``
+    :class:`Rejected` (a violation of ``handles-every-size``). Running past ``seconds``
     raises :class:`TimedOut`."""
     try:
-        with _time_limit(time_limit):
+        with within(seconds), bounded(configuration):
             CHECKS[guarantee](factory, configuration)
     except (Violation, Unsupported, Rejected):
         raise
-    except _Expired:
-        assert time_limit is not None
-        raise TimedOut(guarantee, configuration, time_limit) from None
+    except Expired:
+        assert seconds is not None
+        raise TimedOut(guarantee, configuration, seconds) from None
     except Exception as error:
         raise Rejected(error) from error
     return None
@@ -276,7 +253,7 @@ def check_guarantee(
         found = None
     examples = seen.tried
     if found is None:
-        return _held(factory, guarantee, seen, fresh)
+        return _held(factory, guarantee, seen, fresh, time_limit)
     try:
         violation = _violation(guarantee, factory, found, time_limit)
     except Violation as raised:
@@ -307,7 +284,11 @@ class _Tally:
 
 
 def _held(
-    factory: Factory, guarantee: str, seen: _Tally, fresh: Mapping[str, Any] | None
+    factory: Factory,
+    guarantee: str,
+    seen: _Tally,
+    fresh: Mapping[str, Any] | None,
+    seconds: float | None,
 ) -> Result:
     if seen.unsupported:
         return Result(guarantee, None, None, f"not supported: {seen.unsupported}")
@@ -319,7 +300,7 @@ def _held(
             f"not supported: the sampler raised for every configuration ({seen.rejection})",
         )
     if guarantee == "deterministic":
-        return _fresh_process(factory, seen.tried, fresh)
+        return _fresh_process(factory, seen.tried, fresh, seconds)
     skipped = ""
     if seen.smallest is not None:
         skipped = (
@@ -335,7 +316,9 @@ def _held(
     )
 
 
-def _fresh_process(factory: Factory, examples: int, fresh: Mapping[str, Any] | None) -> Result:
+def _fresh_process(
+    factory: Factory, examples: int, fresh: Mapping[str, Any] | None, seconds: float | None
+) -> Result:
     name = reference(factory)
     searched = f"held on {examples} configurations searched in this process"
     if name is None:
@@ -347,10 +330,20 @@ def _fresh_process(factory: Factory, examples: int, fresh: Mapping[str, Any] | N
             "by name)",
             examples=examples,
         )
+    # A fresh interpreter starts in seconds; then each configuration runs twice (there
+    # and here), each within the search's limit.
+    total = None if seconds is None else 60.0 + 2 * seconds * len(FRESH_PROCESS_CONFIGURATIONS)
     try:
-        deterministic_across_processes(
-            name, FRESH_PROCESS_CONFIGURATIONS, fresh=(fresh or {}).get(name)
-        )
+        with within(total):
+            deterministic_across_processes(
+                name,
+                FRESH_PROCESS_CONFIGURATIONS,
+                fresh=(fresh or {}).get(name),
+                timeout=120.0 if total is None else total,
+            )
+    except Expired:
+        assert total is not None
+        raise TimedOut("deterministic", FRESH_PROCESS_CONFIGURATIONS[-1], total) from None
     except Violation as violation:
         configuration = Configuration(**violation.details.pop("configuration"))
         return Result(
@@ -383,7 +376,7 @@ def check_all(
 ) -> list[Result]:
     """:func:`check_guarantee` for every guarantee, in ``GUARANTEES`` order (after
     :func:`~samplers.testing.factories.validated`)."""
-    validated(factory)
+    validated(factory, seconds=time_limit)
     return [
         check_guarantee(factory, guarantee, thorough=thorough, time_limit=time_limit, fresh=fresh)
         for guarantee in GUARANTEES

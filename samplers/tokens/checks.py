@@ -6,6 +6,8 @@ Each error names the argument and the value.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
@@ -15,6 +17,16 @@ __all__ = ["OVER_BUDGET", "checked_lengths", "choice", "warn_over_budget"]
 
 def checked_lengths(lengths: Any) -> torch.Tensor:
     """``lengths`` as a 1-D CPU tensor (int32, or int64 past 2**31 - 1), or a clear error."""
+    if isinstance(lengths, (Mapping, AbstractSet)):
+        raise TypeError(
+            f"lengths must be a sequence, numpy array or tensor of integers (one per sample, "
+            f"in index order), got a {type(lengths).__name__}, which has no order of samples"
+            + (
+                ": pass list(lengths.values()) if its values are in index order"
+                if isinstance(lengths, Mapping)
+                else ""
+            )
+        )
     if isinstance(lengths, torch.Tensor):
         values = lengths.detach().cpu()
     elif hasattr(lengths, "__array__") or hasattr(lengths, "__len__"):
@@ -33,6 +45,7 @@ def checked_lengths(lengths: Any) -> torch.Tensor:
         raise ValueError(f"lengths must be one-dimensional, got shape {tuple(values.shape)}")
     if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
         raise TypeError(f"lengths must be integers, got dtype {values.dtype}")
+    values = _signed(values)
     low, high = (int(bound) for bound in torch.aminmax(values)) if values.numel() else (0, 0)
     if low < 0:
         where = int(torch.argmin(values))
@@ -40,6 +53,21 @@ def checked_lengths(lengths: Any) -> torch.Tensor:
     fits = high < 2**31
     # A copy: the epoch order must not change under the sampler.
     return values.to(torch.int32 if fits else torch.int64, copy=True).contiguous()
+
+
+def _signed(values: torch.Tensor) -> torch.Tensor:
+    """Unsigned lengths (uint16/32/64, which few torch kernels take) as int64."""
+    if values.dtype in (torch.uint16, torch.uint32):
+        return values.to(torch.int64)
+    if values.dtype == torch.uint64:
+        signed = values.view(torch.int64)  # the same bits: past 2**63 - 1 reads negative
+        if signed.numel() and int(signed.min()) < 0:
+            where = int(torch.argmin(signed))
+            raise ValueError(
+                f"lengths must be below 2**63, got lengths[{where}] = {int(signed[where]) + 2**64}"
+            )
+        return signed
+    return values
 
 
 def choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

@@ -32,6 +32,7 @@ size.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -103,7 +104,8 @@ def locked(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S
 
 def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = None) -> int:
     """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, but at most
-    ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1).
+    ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1); never more
+    than ``N`` (a budget far above the data makes one window of the whole dataset).
 
     A window holding the whole dataset would give the same batches every epoch (sorted
     by length), so a small dataset gets a few windows; a window of fewer samples than a
@@ -115,7 +117,8 @@ def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = N
     if total is None:
         total = length_sum(lengths)
     per_batch = max(1, max_tokens * size // max(total, 1))
-    return max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
+    window = max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
+    return min(window, max(size, 1))
 
 
 def length_sum(lengths: torch.Tensor) -> int:
@@ -126,6 +129,18 @@ def length_sum(lengths: torch.Tensor) -> int:
         int(lengths[start : start + step].sum(dtype=torch.int64))
         for start in range(0, lengths.numel(), step)
     )
+
+
+def length_digest(lengths: torch.Tensor) -> str:
+    """A digest of ``lengths`` in order (BLAKE2b of their little-endian int64 bytes, a
+    chunk at a time): the same on every rank and platform for the same lengths, different
+    for another order of the same lengths."""
+    digest = hashlib.blake2b(digest_size=16)
+    step = CHUNK_SAMPLES * 16
+    for start in range(0, lengths.numel(), step):
+        chunk = lengths[start : start + step].to(torch.int64).numpy()
+        digest.update(chunk.astype("<i8", copy=False).tobytes())
+    return digest.hexdigest()
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -366,10 +381,13 @@ class TokenOrder(Order):
         budget = self.max_tokens
         if self.cost == "padded":
             # Longest first: a batch starting at i holds max(1, budget // length[i]) samples.
-            fits = torch.clamp(budget // torch.clamp(lengths, min=1), min=1)
+            # At most a window's worth, so that ``local + fits`` cannot overflow.
+            budget = min(budget, max(int(lengths.max()), 1) * self.window)
+            fits = torch.clamp(budget // torch.clamp(lengths, min=1), min=1, max=self.window)
             after = torch.minimum(local + fits, window_end)
         else:
             total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+            budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
         windows = ceil_div(count, self.window)

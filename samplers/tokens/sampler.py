@@ -21,7 +21,14 @@ from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import COSTS, Cost, TokenOrder, default_window, length_sum
+from samplers.tokens.order import (
+    COSTS,
+    Cost,
+    TokenOrder,
+    default_window,
+    length_digest,
+    length_sum,
+)
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -96,7 +103,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         cost: ``"padded"`` or ``"sum"``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         window: samples sorted together; default: about 64 batches' worth at the mean
-            length, and at most a quarter of the dataset. Larger windows pad less and
+            length, at most a quarter of the dataset unless two batches' worth is more,
+            and never more than the dataset (a budget far above the data: one window of
+            the whole dataset, cut into batches as it allows). Larger windows pad less and
             shuffle less: a window as large as the dataset gives the same batches every
             epoch (sorted by length), only their order changes.
         permutation: ``"feistel"`` (default: nothing of size ``N`` is drawn, the
@@ -146,6 +155,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
+        self._length_digest: str | None = None
         warn_over_budget(self.lengths, self.max_tokens, self.tail)
 
     # Plans ----------------------------------------------------------------------------------
@@ -206,9 +216,19 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
     def _new_iterator(self, plan: EpochPlan) -> BatchIterator:
         return BatchIterator.of(plan, checks.as_int("rank", self.rank))
 
+    @property
+    def length_digest(self) -> str:
+        """A digest of the lengths in order (computed once, when first needed), which a
+        state and :meth:`check_consistent` compare: the same sum in another order is
+        another epoch order."""
+        if self._length_digest is None:
+            self._length_digest = length_digest(self.lengths)
+        return self._length_digest
+
     def _order_fields(self) -> dict[str, int | str]:
         return {
             "length_sum": self.length_sum,
+            "length_digest": self.length_digest,
             "max_tokens": self.max_tokens,
             "cost": self.cost,
             "window": self.window,
@@ -235,12 +255,12 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         """Warn once when ranks get different numbers of batches (``"uneven"`` only)."""
         if self._warned_unequal:
             return
-        counts = set(layout.counts())
-        if len(counts) > 1:
+        fewest, most = layout.count_range()
+        if fewest != most:
             self._warned_unequal = True
             warnings.warn(
-                f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
-                f"{max(counts)} batches this epoch: too few batches of two samples or more "
+                f"{type(self).__name__}(tail='uneven') gives ranks {fewest} or "
+                f"{most} batches this epoch: too few batches of two samples or more "
                 f"are left to cut for {layout.world_size} ranks, so a collective run once "
                 "per batch would wait on the ranks with fewer; use tail='pad' or DDP's join()",
                 UserWarning,
@@ -260,6 +280,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         return {
             **super().settings(),
             "length sum": self.length_sum,
+            "length digest": self.length_digest,
             "max_tokens": self.max_tokens,
             "cost": self.cost,
             "window": self.window,

@@ -226,6 +226,11 @@ def _row(
     return row
 
 
+#: The most seconds one measuring process may take (``--timeout``'s bound, too).
+MAX_TIMEOUT = 3600.0
+
+
 def _timeout(dataset_size: int) -> float:
-    """Seconds one measurement may take: a minute, plus 5 s per million samples."""
-    return 60 + 5 * dataset_size / 10**6
+    """Seconds one measurement may take: a minute, plus 5 s per million samples, at most
+    :data:`MAX_TIMEOUT`."""
+    return min(60 + 5 * dataset_size / 10**6, MAX_TIMEOUT)
