@@ -20,7 +20,12 @@ import torch
 from torch.utils.data import BatchSampler, SubsetRandomSampler
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
 
 __all__ = ["COLUMNS", "Column"]
 
@@ -71,6 +76,24 @@ def ours_batches_uneven(
 ) -> Any:
     return DistributedBatchSampler(
         dataset, batch_size, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+#: The longest sample of :func:`ours_tokens`' lengths, in tokens.
+LONGEST = 4
+
+
+def token_lengths(size: int) -> list[int]:
+    """The lengths the token sampler is checked with: 1 to :data:`LONGEST` tokens,
+    varied along the dataset (``1 + 7 * i mod 4``)."""
+    return [1 + (7 * i) % LONGEST for i in range(size)]
+
+
+def ours_tokens(dataset: Any, num_replicas: int, rank: int, seed: int, batch_size: int) -> Any:
+    """The token sampler with its defaults, a budget of ``batch_size`` samples of the
+    longest length (``LONGEST * batch_size`` tokens, padded cost)."""
+    return DistributedTokenBatchSampler(
+        token_lengths(len(dataset)), LONGEST * batch_size, num_replicas, rank, seed=seed
     )
 
 
@@ -135,13 +158,15 @@ def mmengine_no_round_up(dataset: Any, num_replicas: int, rank: int, seed: int) 
 
 @dataclass(frozen=True)
 class Column:
-    """One sampler of the matrix: its heading, what it is, its factory, and the
-    distribution that provides it (empty for ours)."""
+    """One sampler of the matrix: its heading, what it is, its factory, the distribution
+    that provides it (empty for ours), and the guarantees it does not promise, each with
+    the reason (the kit still checks them; the matrix shows them as not applying)."""
 
     name: str
     what: str
     factory: Callable[..., Any]
     distribution: str = ""
+    not_applicable: tuple[tuple[str, str], ...] = ()
 
 
 #: The matrix's columns, in order.
@@ -167,6 +192,23 @@ COLUMNS: tuple[Column, ...] = (
         "ours batches uneven",
         'samplers.DistributedBatchSampler, tail="uneven"',
         ours_batches_uneven,
+    ),
+    Column(
+        "ours tokens",
+        'samplers.DistributedTokenBatchSampler with its defaults (tail="uneven"), a budget of '
+        f"{LONGEST} x B tokens (padded cost) over lengths of 1 to {LONGEST} tokens",
+        ours_tokens,
+        not_applicable=(
+            (
+                "equal-length-across-ranks",
+                "a token budget balances tokens per step: ranks get the same number of "
+                "batches, not of samples",
+            ),
+            (
+                "no-tiny-batch",
+                "a token budget, not the batch size, decides how many samples a batch holds",
+            ),
+        ),
     ),
     Column(
         "ours wrapper",

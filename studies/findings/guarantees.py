@@ -36,6 +36,10 @@ COUNTEREXAMPLE, EXPERIENCE, DETAIL = (
     "detail",
 )
 HELD, VIOLATED, UNSUPPORTED = SHOWN[True], SHOWN[False], SHOWN[None]
+#: A guarantee the sampler does not promise (``Column.not_applicable``): the kit's result
+#: is kept in :data:`KIT` and shown beside it, never counted as held or violated.
+INAPPLICABLE = "does not apply"
+KIT, REASON = "the kit's result", "why it does not apply"
 
 
 def _version(column: Column) -> str:
@@ -90,13 +94,17 @@ def cells(columns: tuple[Column, ...] = COLUMNS) -> pd.DataFrame:
     results = checked(columns)
     rows = []
     for column in columns:
+        reasons = dict(column.not_applicable)
         for result in results[column.name].to_dict("records"):
             found = result["counterexample"] or {}
+            reason = reasons.get(result["guarantee"], "")
             rows.append(
                 {
                     SAMPLER: column.name,
                     GUARANTEE: result["guarantee"],
-                    RESULT: SHOWN[result["holds"]],
+                    RESULT: INAPPLICABLE if reason else SHOWN[result["holds"]],
+                    KIT: SHOWN[result["holds"]],
+                    REASON: reason,
                     "dataset size": found.get("dataset_size", ""),
                     "world size": found.get("world_size", ""),
                     "batch size": found.get("batch_size", ""),
@@ -119,9 +127,12 @@ def matrix(frame: pd.DataFrame) -> pd.DataFrame:
     counterexample's sizes and links to the table of what a user experiences."""
 
     def cell(row: pd.Series) -> str:
+        sizes = f"N={row['dataset size']} W={row['world size']} B={row['batch size']}"
+        if row[RESULT] == INAPPLICABLE:
+            found = f"{row[KIT]}: {sizes}" if row[KIT] == VIOLATED else str(row[KIT])
+            return f"[{INAPPLICABLE}](#guarantees-that-do-not-apply) (the kit: {found})"
         if row[RESULT] != VIOLATED:
             return str(row[RESULT])
-        sizes = f"N={row['dataset size']} W={row['world size']} B={row['batch size']}"
         return f"[violated]({_anchor(row[GUARANTEE])}): {sizes}"
 
     shown = frame.assign(cell=frame.apply(cell, axis=1))
@@ -142,6 +153,8 @@ class Facts:
     held: dict[str, tuple[str, ...]]
     violated: dict[str, tuple[str, ...]]
     unsupported: dict[str, tuple[str, ...]]
+    #: guarantee -> samplers that do not promise it (whatever the kit found there).
+    inapplicable: dict[str, tuple[str, ...]]
     #: sampler -> guarantees it held.
     count: dict[str, int]
 
@@ -166,8 +179,27 @@ def facts(frame: pd.DataFrame) -> Facts:
         held=who(HELD),
         violated=who(VIOLATED),
         unsupported=who(UNSUPPORTED),
+        inapplicable=who(INAPPLICABLE),
         count={name: int(held.get(name, 0)) for name in samplers},
     )
+
+
+def not_applying(found: Facts) -> dict[str, list[str]]:
+    """sampler -> the guarantees that do not apply to it, for samplers with any."""
+    table = {
+        name: [g for g in found.guarantees if name in found.inapplicable.get(g, ())]
+        for name in found.samplers
+    }
+    return {name: guarantees for name, guarantees in table.items() if guarantees}
+
+
+def within_tail(found: Facts) -> tuple[list[str], list[str]]:
+    """The samplers that resumed on another world size within their tail policy, and
+    those of them that repeat or leave out samples by that policy even uninterrupted
+    (exactly-once violated): their resume is not "nothing lost or repeated"."""
+    resumed = list(found.held.get("resumes-other-world-size", ()))
+    inexact = [name for name in resumed if name in found.violated.get("exactly-once", ())]
+    return resumed, inexact
 
 
 def claim(found: Facts) -> str:
@@ -184,7 +216,8 @@ def claim(found: Facts) -> str:
     lose = found.violated.get("covers-dataset", ())
     once = found.held.get("exactly-once", ())
     uneven = [name for name in once if name in found.violated.get("equal-batch-counts", ())]
-    resumed = found.held.get("resumes-other-world-size", ())
+    resumed, inexact = within_tail(found)
+    exempt = not_applying(found)
     return (
         f"Checked by the search of `dsampler check` against the kit's {total} guarantees, "
         f"{count_of(sum(found.count[n] == total for n in found.samplers), samplers, 'samplers')} "
@@ -197,8 +230,10 @@ def claim(found: Facts) -> str:
             if everyone
             else ""
         )
-        + f"{len(resumed)} samplers resumed on another world size without losing or "
-        "repeating samples, "
+        + f"{len(resumed)} samplers resumed on another world size losing and repeating nothing "
+        "beyond what their own tail policy does to an uninterrupted epoch ("
+        + f"{count_of(len(inexact), len(resumed), 'of them')} repeat or leave out samples by "
+        "that policy even uninterrupted), "
         + joined(
             [
                 f"{len(found.violated.get('resumes-other-world-size', ()))} violated it",
@@ -207,6 +242,17 @@ def claim(found: Facts) -> str:
             ]
         )
         + "."
+        + "".join(
+            f" {name} held {found.count[name]} of the {total - len(guarantees)} guarantees "
+            "that apply to it"
+            + (
+                f" (violated: {joined(violated)})"
+                if (violated := [g for g in found.guarantees if name in found.violated[g]])
+                else ""
+            )
+            + f"; {joined(guarantees)} do not apply to it."
+            for name, guarantees in exempt.items()
+        )
     )
 
 
@@ -214,17 +260,25 @@ def describe(frame: pd.DataFrame, found: Facts) -> str:
     """The prose, from the table of cells and its facts."""
     samplers = len(found.samplers)
     everyone = [g for g in found.guarantees if len(found.held[g]) == samplers]
-    batch_samplers = [
-        c.name for c in COLUMNS if c.name in found.samplers and yields(c) == "batches"
-    ]
-    index_samplers = [name for name in found.samplers if name not in batch_samplers]
     tiny = "no-tiny-batch"
+    batch_samplers = [
+        c.name
+        for c in COLUMNS
+        if c.name in found.samplers
+        and yields(c) == "batches"
+        and c.name not in found.inapplicable.get(tiny, ())
+    ]
+    index_samplers = [
+        name
+        for name in found.samplers
+        if name not in batch_samplers and name not in found.inapplicable.get(tiny, ())
+    ]
     tiny_index = [n for n in index_samplers if n in found.violated.get(tiny, ())]
     tiny_batch = [n for n in batch_samplers if n in found.held.get(tiny, ())]
     once = found.held.get("exactly-once", ())
     equal = found.held.get("equal-batch-counts", ())
     both = [name for name in once if name in equal]
-    resumed = found.held.get("resumes-other-world-size", ())
+    resumed, inexact = within_tail(found)
     lost = found.violated.get("resumes-other-world-size", ())
     unsupported = found.unsupported.get("resumes-same-world-size", ())
     text = (
@@ -233,9 +287,19 @@ def describe(frame: pd.DataFrame, found: Facts) -> str:
         "shrunk to the smallest counterexample. Every index exactly once each epoch: "
         f"{joined(once) or 'none'}. The same number of batches on every rank: "
         f"{joined(equal) or 'none'}. Both at once: {joined(both) or 'none'}. Resuming on "
-        f"another world size without losing or repeating samples: {joined(resumed) or 'none'}"
+        "another world size, losing and repeating nothing beyond the sampler's own tail "
+        f"policy: {joined(resumed) or 'none'}"
         + (f"; {joined(lost)} violated it" if lost else "")
-        + "."
+        + ". "
+        + (
+            f"Of those, {joined(inexact)} repeat or leave out samples by that policy even "
+            "in an uninterrupted epoch (exactly-once violated), so for them the resume "
+            "keeps that policy's repeats or losses: the kit allows as many as one step's "
+            "samples less one (world size x batch size - 1, on the larger of the two world "
+            "sizes), where the uninterrupted epoch repeats or loses any."
+            if inexact
+            else "None of them repeats or leaves out samples uninterrupted."
+        )
     )
     if everyone:
         text += (
@@ -251,6 +315,16 @@ def describe(frame: pd.DataFrame, found: Facts) -> str:
             "instead. It "
             "tells the batch samplers apart: "
             f"{count_of(len(tiny_batch), len(batch_samplers), 'batch samplers')} held it."
+        )
+    reasons = frame[frame[RESULT] == INAPPLICABLE]
+    for name, guarantees in not_applying(found).items():
+        own = reasons[reasons[SAMPLER] == name]
+        why = dict(zip(own[GUARANTEE], own[REASON], strict=True))
+        kit = dict(zip(own[GUARANTEE], own[KIT], strict=True))
+        text += (
+            f" For {name}, "
+            + joined(f"{g} does not apply ({why[g]}; the kit: {kit[g]})" for g in guarantees)
+            + "; those cells count neither as held nor as violated."
         )
     text += (
         f" Not supported, for the resume guarantees, means the sampler has no "
@@ -290,6 +364,15 @@ def build() -> Evidence:
         ),
         Table("The samplers", legend),
     ]
+    exempt = frame[frame[RESULT] == INAPPLICABLE]
+    if not exempt.empty:
+        tables.append(
+            Table(
+                "Guarantees that do not apply",
+                exempt[[SAMPLER, GUARANTEE, REASON, KIT, COUNTEREXAMPLE]].reset_index(drop=True),
+                note="The sampler does not promise these; the kit checked them all the same.",
+            )
+        )
     for guarantee, statement in testing.GUARANTEES.items():
         failing = frame[(frame[GUARANTEE] == guarantee) & (frame[RESULT] == VIOLATED)]
         if failing.empty:
