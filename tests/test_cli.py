@@ -496,7 +496,7 @@ def test_summary_mode_says_what_the_listing_says(
     options += ["--batch-size", str(batch), "--implementation", implementation, *flags]
     listed = _json_of(["explain", *options, "--format", "json"])
     summarised = _json_of(["explain", *options, "--format", "json", "--summary"])
-    assert list(summarised) == ["summary", "verdicts"]
+    assert list(summarised) == ["summary", "memory", "verdicts"]
     assert summarised["summary"] == listed["summary"]
     assert summarised["verdicts"] == listed["verdicts"]
 
