@@ -17,7 +17,7 @@ maps the modules on one screen.
 """
 
 from samplers.batch_sampler import DistributedBatchSampler
-from samplers.checks import EpochTypeError, SeedTypeError
+from samplers.checks import EpochTypeError, SamplerWarning, SeedTypeError
 from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
@@ -33,6 +33,7 @@ __all__ = [
     "EpochPlan",
     "EpochTypeError",
     "InconsistentRanksError",
+    "SamplerWarning",
     "SeedTypeError",
     "ShardSizes",
     "gather_unsharded",

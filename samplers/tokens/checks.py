@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from samplers.checks import SamplerWarning
+
 __all__ = ["checked_lengths", "choice", "warn_over_budget"]
 
 
@@ -58,6 +60,6 @@ def warn_over_budget(lengths: torch.Tensor, max_tokens: int) -> None:
             f"{count} sample(s) are longer than max_tokens={max_tokens} (the longest: index "
             f"{longest}, {int(lengths[longest])} tokens); each forms a batch of its own that "
             "costs more than max_tokens (none is dropped)",
-            UserWarning,
+            SamplerWarning,
             stacklevel=3,
         )
