@@ -663,6 +663,8 @@ print("EXIT", code, "IMPORTED", heavy, file=sys.stderr)
         ["explain", *BASE[1:], "--world-size", "0"],
         ["explain", *BASE[1:], "--persistent-workers"],
         ["check", "mod:factory", "--timeout", "0"],
+        ["explain", *BASE[1:], "--summary", "--implementation", "none"],
+        ["observe", "--dataset-size", "6", "--batch-size", "2", "--timeout", "0"],
         ["explian"],
     ],
 )
