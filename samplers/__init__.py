@@ -20,7 +20,7 @@ maps the modules on one screen.
 """
 
 from samplers.batch_sampler import DistributedBatchSampler
-from samplers.checks import EpochTypeError, SeedTypeError
+from samplers.checks import EpochTypeError, SamplerWarning, SeedTypeError
 from samplers.consistency import InconsistentRanksError, RankFailedError
 from samplers.gather import gather_unsharded, unshard
 from samplers.mixture import DistributedMixtureBatchSampler, DistributedMixtureSampler
@@ -40,6 +40,7 @@ __all__ = [
     "EpochTypeError",
     "InconsistentRanksError",
     "RankFailedError",
+    "SamplerWarning",
     "SeedTypeError",
     "ShardSizes",
     "gather_unsharded",

@@ -177,7 +177,7 @@ class DistributedBatchSampler(SamplerCore, Sampler[list[int]]):
                 f"{layout.world_size} ranks, batch size {self.batch_size}): a collective "
                 "run once per batch would wait on the ranks with fewer; use tail='pad' or "
                 "DDP's join()",
-                UserWarning,
+                checks.SamplerWarning,
                 stacklevel=3,
             )
 

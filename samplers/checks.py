@@ -18,6 +18,11 @@ from samplers.options import PERMUTATIONS, TAILS, Permutation, Tail
 SEED_RANGE = (-(2**63), 2**64 - 1)
 
 
+class SamplerWarning(UserWarning):
+    """Every warning the samplers raise (a ``UserWarning``): one category to filter or to
+    assert, e.g. ``warnings.filterwarnings("ignore", category=SamplerWarning)``."""
+
+
 class SeedTypeError(TypeError, RuntimeError):
     """A seed that is not an integer.
 

@@ -5,8 +5,9 @@ is continued exactly once, by the iteration of its epoch.
 
 * ``iter()`` a second time at the same epoch with no ``set_epoch`` (or write to
   ``epoch``) in between either advances the epoch by one (``auto_epoch=True``) or emits
-  one ``UserWarning`` per sampler that says how to fix the loop; the order itself is what
-  the stock sampler gives (the same as before), so the default stays a drop-in.
+  one ``SamplerWarning`` (a ``UserWarning``) per sampler that says how to fix the loop;
+  the order itself is what the stock sampler gives (the same as before), so the default
+  stays a drop-in.
 * A loaded state of epoch ``e`` is taken up by the next ``iter()`` at epoch ``e``: it
   continues from the saved position. A state of a finished epoch makes every ``iter()``
   at epoch ``e`` yield nothing (a DataLoader may call ``iter()`` more than once per
@@ -29,6 +30,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 
+from samplers.checks import SamplerWarning
 from samplers.state import Saved
 
 __all__ = ["EpochBook", "Undo"]
@@ -76,7 +78,7 @@ class EpochBook:
                 f"which had handed out positions [0, {pending.position}) of its order; the "
                 f"rest of epoch {pending.epoch} is skipped. To finish it first, call "
                 f"set_epoch({pending.epoch}) and iterate once before moving on",
-                UserWarning,
+                SamplerWarning,
                 stacklevel=stacklevel + 1,
             )
 
@@ -105,7 +107,7 @@ class EpochBook:
                         f"{epoch}, which is finished. Call set_epoch({epoch + 1}) (or pass "
                         "auto_epoch=True) to start the next epoch; call "
                         f"set_epoch({epoch}) first to say this empty pass is intended",
-                        UserWarning,
+                        SamplerWarning,
                         stacklevel=stacklevel + 1,
                     )
         elif pending is not None:
@@ -125,7 +127,7 @@ class EpochBook:
                     f"{name} is iterated again at epoch {epoch} without set_epoch: this epoch "
                     "repeats the previous one's order. Call sampler.set_epoch(epoch) before "
                     "each epoch, or pass auto_epoch=True",
-                    UserWarning,
+                    SamplerWarning,
                     stacklevel=stacklevel + 1,
                 )
         self.last_epoch = epoch

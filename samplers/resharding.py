@@ -31,6 +31,7 @@ from typing import Any
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers.callers import callers
+from samplers.checks import SamplerWarning
 
 __all__ = ["MAX_FRAMES", "ReshardingWarning", "check", "refuse_drop_last"]
 
@@ -61,7 +62,7 @@ _DEFAULT_FIX = "give it a sampler that is not sharded already, or turn its shard
 _warned: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-class ReshardingWarning(UserWarning):
+class ReshardingWarning(SamplerWarning):
     """A sharded sampler of ours is being split over the processes a second time."""
 
 

@@ -151,6 +151,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
                 f"drop_last=True with {dataset_size} sample{'' if dataset_size == 1 else 's'} "
                 f"over {num_replicas} replicas "
                 "gives every rank 0 samples; use drop_last=False or fewer replicas",
+                checks.SamplerWarning,
                 stacklevel=2,
             )
 
@@ -224,6 +225,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         warnings.warn(
             f"len(dataset) changed from {self._built_size} to {dataset_size} after the "
             f"sampler was built: {effect}; build a new sampler after changing the dataset",
+            checks.SamplerWarning,
             stacklevel=3,
         )
 

@@ -279,10 +279,6 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse.Namespace) -> int:
-    from studies.plan_summary import planned_summary
-    from studies.sampler_memory import memory_per_rank
-    from studies.verdicts import verdicts
-
     if case.implementation == "none" and case.shuffle:
         parser.error(
             "--summary reads the sampler's plan, and --implementation none shuffles with the "
@@ -297,6 +293,10 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
             "add --epochs 1 or --no-shuffle"
         )
     _loader_options(parser, args, case)  # checked, though the plan needs no DataLoader
+    from studies.plan_summary import planned_summary
+    from studies.sampler_memory import memory_per_rank
+    from studies.verdicts import verdicts
+
     summary = planned_summary(case)
     found = verdicts(case, summary)
     held = memory_per_rank(case)
@@ -522,6 +522,14 @@ def _shown(value: Any) -> str:
 
 
 def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    _check_bounds(parser, args)
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        parser.error(
+            f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
+        )
+    case = _case(parser, args, world_size=1)  # the group gives the world size
+    options = _loader_options(parser, args, case)
+
     from torch.distributed.elastic.multiprocessing.errors import record
 
     from studies.distributed.torchrun import (
@@ -532,13 +540,6 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     )
     from studies.simulate import frame
 
-    _check_bounds(parser, args)
-    if not 0 < args.timeout <= MAX_TIMEOUT:
-        parser.error(
-            f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
-        )
-    case = _case(parser, args, world_size=1)  # the group gives the world size
-    options = _loader_options(parser, args, case)
     try:
         require_environment()
     except NotStartedByTorchrun as error:

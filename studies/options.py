@@ -62,7 +62,7 @@ def closest(word: str, known: Sequence[str]) -> str | None:
     spelled = word.replace("_", "-")
     if spelled in known:
         return spelled
-    found = difflib.get_close_matches(spelled, known, n=1, cutoff=0.6)
+    found = difflib.get_close_matches(spelled, known, n=1, cutoff=0.7)
     return found[0] if found else None
 
 

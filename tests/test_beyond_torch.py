@@ -29,6 +29,7 @@ from samplers import (
     DistributedBatchSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
+    SamplerWarning,
     SeedTypeError,
     unshard,
 )
@@ -75,7 +76,14 @@ def batch_shares(
     ]
     for sampler in samplers_:
         sampler.set_epoch(epoch)
-    return samplers_, [list(sampler) for sampler in samplers_]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        received = [list(sampler) for sampler in samplers_]
+    # Every rank warns, once, exactly when the ranks' batch counts differ (tail="uneven").
+    unequal = len({len(batches) for batches in received}) > 1
+    assert [w.category for w in caught] == [SamplerWarning] * (world if unequal else 0)
+    assert all("batches this epoch" in str(w.message) for w in caught)
+    return samplers_, received
 
 
 # Tail policies of DistributedSampler.
@@ -258,6 +266,7 @@ def test_uneven_batch_size_one_is_equal_only_when_the_world_divides(size, world)
     assert (len(set(counts)) == 1) == (size % world == 0)
     assert max(counts) - min(counts) <= 1
     assert sorted(i for r in received for b in r for i in b) == list(range(size))
+    samplers_[-1].set_epoch(0)  # epoch 0 again, on purpose (no "iterated again" warning)
     loader = DataLoader(range(size), batch_sampler=samplers_[-1])
     assert [b.tolist() for b in loader] == received[-1]  # default collate: no empty batch
 
@@ -266,7 +275,9 @@ def test_batch_sampler_in_a_dataloader_and_its_length() -> None:
     sampler = DistributedBatchSampler(range(23), 4, num_replicas=3, rank=2, seed=1, tail="pad")
     loader = DataLoader(range(23), batch_sampler=sampler)
     assert len(loader) == len(sampler) == 2
-    assert [b.tolist() for b in loader] == list(sampler)
+    from_loader = [b.tolist() for b in loader]
+    sampler.set_epoch(0)  # epoch 0 again, on purpose
+    assert from_loader == list(sampler)
 
 
 @pytest.mark.parametrize(

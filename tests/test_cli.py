@@ -496,7 +496,7 @@ def test_summary_mode_says_what_the_listing_says(
     options += ["--batch-size", str(batch), "--implementation", implementation, *flags]
     listed = _json_of(["explain", *options, "--format", "json"])
     summarised = _json_of(["explain", *options, "--format", "json", "--summary"])
-    assert list(summarised) == ["summary", "verdicts"]
+    assert list(summarised) == ["summary", "memory", "verdicts"]
     assert summarised["summary"] == listed["summary"]
     assert summarised["verdicts"] == listed["verdicts"]
 
@@ -663,6 +663,8 @@ print("EXIT", code, "IMPORTED", heavy, file=sys.stderr)
         ["explain", *BASE[1:], "--world-size", "0"],
         ["explain", *BASE[1:], "--persistent-workers"],
         ["check", "mod:factory", "--timeout", "0"],
+        ["explain", *BASE[1:], "--summary", "--implementation", "none"],
+        ["observe", "--dataset-size", "6", "--batch-size", "2", "--timeout", "0"],
         ["explian"],
     ],
 )

@@ -104,7 +104,7 @@ def test_observe_outside_torchrun_says_how_to_start_it(
             "observe lists every batch of every epoch: --dataset-size times --epochs must be "
             "at most 200,000",
         ),
-        (["--world-size", "3"], "unrecognized arguments: --world-size 3"),
+        (["--world-size", "3"], "unrecognized option --world-size\n"),  # the group gives it
         (["--persistent-workers"], "--persistent-workers needs --num-workers 1 or more"),
     ],
 )

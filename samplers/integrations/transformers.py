@@ -20,6 +20,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from samplers.batch_sampler import DistributedBatchSampler
+from samplers.checks import SamplerWarning
 from samplers.integrations.loop import INDEX_SAMPLERS, framework
 
 try:
@@ -163,7 +164,7 @@ class _SamplerCallback(transformers.TrainerCallback):
                 f"{batches} batches per epoch: the Trainer counts the resumed epoch's steps "
                 f"afresh, so its last {batches % accumulation} batches' gradients are not "
                 "stepped in this epoch",
-                UserWarning,
+                SamplerWarning,
                 stacklevel=2,
             )
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from samplers.checks import SamplerWarning
+
 __all__ = ["OVER_BUDGET", "checked_lengths", "choice", "warn_over_budget"]
 
 
@@ -101,6 +103,6 @@ def warn_over_budget(lengths: torch.Tensor, max_tokens: int, tail: str) -> None:
             f"{count} sample(s) are longer than max_tokens={max_tokens} (the longest: index "
             f"{longest}, {int(lengths[longest])} tokens); each forms a batch of its own that "
             f"costs more than max_tokens; {OVER_BUDGET[tail]}",
-            UserWarning,
+            SamplerWarning,
             stacklevel=3,
         )

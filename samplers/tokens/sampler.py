@@ -39,7 +39,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
     Guarantee: every batch costs at most ``max_tokens`` (``cost="padded"``: the longest
     length times the count, as a batch padded to its longest sample costs; ``"sum"``: the
     sum of the lengths, for packed sequences), except that a sample longer than
-    ``max_tokens`` forms a batch of its own (a ``UserWarning`` at construction counts
+    ``max_tokens`` forms a batch of its own (a ``SamplerWarning`` at construction counts
     them; ``tail`` below says whether it is handed out). Every rank yields the same number
     of batches (one
     exception below, with ``tail="uneven"``), so a collective run once per batch cannot
@@ -263,7 +263,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
                 f"{most} batches this epoch: too few batches of two samples or more "
                 f"are left to cut for {layout.world_size} ranks, so a collective run once "
                 "per batch would wait on the ranks with fewer; use tail='pad' or DDP's join()",
-                UserWarning,
+                checks.SamplerWarning,
                 stacklevel=3,
             )
 
