@@ -7,7 +7,8 @@
   every rank for every tail policy;
 * :class:`DistributedSamplerWrapper`: shards the stream of any sampler;
 * :class:`DistributedTokenBatchSampler`: batches of variable-length samples under a token
-  budget, the same number on every rank, with balanced work per step;
+  budget, the same number on every rank, with balanced work per step, under a cost model
+  (:class:`TokenCost`: padded or summed, linear, quadratic or a named function);
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
@@ -22,6 +23,7 @@ from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
+from samplers.tokens.cost import TokenCost
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
@@ -35,6 +37,7 @@ __all__ = [
     "InconsistentRanksError",
     "SeedTypeError",
     "ShardSizes",
+    "TokenCost",
     "gather_unsharded",
     "unshard",
 ]

@@ -6,11 +6,13 @@
   step, planned lazily;
 * :mod:`samplers.tokens.sampler`: :class:`DistributedTokenBatchSampler`, the sampler over
   both (hooks of :mod:`samplers.core` only);
+* :mod:`samplers.tokens.cost`: :class:`TokenCost`, the cost models of a batch;
 * :mod:`samplers.tokens.checks`: its argument checks.
 """
 
+from samplers.tokens.cost import TokenCost
 from samplers.tokens.layout import TokenLayout
 from samplers.tokens.order import TokenOrder
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedTokenBatchSampler", "TokenLayout", "TokenOrder"]
+__all__ = ["DistributedTokenBatchSampler", "TokenCost", "TokenLayout", "TokenOrder"]

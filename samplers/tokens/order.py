@@ -16,7 +16,9 @@ the shuffled epoch, the last one shorter):
 3. they are cut greedily into batches: a batch takes the next samples as long as its cost
    stays within ``max_tokens``. Cost ``"padded"`` is the longest length times the count
    (a batch padded to its longest sample); ``"sum"`` is the sum of the lengths (packed
-   sequences). A sample longer than ``max_tokens`` is a batch of its own;
+   sequences); a :class:`~samplers.tokens.cost.TokenCost` counts each sample as
+   ``d + d² / q`` or by a named function, padded or summed. A sample costing more than
+   ``max_tokens`` alone is a batch of its own;
 4. the window's batches are put in order of cost, grouped in :data:`LEVELS` levels of
    ``max_tokens / LEVELS`` each (over-budget batches above them), rising in even windows
    and falling in odd ones, ties in random order (the permutation position of each
@@ -35,11 +37,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal, get_args
 
 import torch
 
 from samplers.plan import Order, Permutation, ceil_div, make_order
+from samplers.tokens.cost import COSTS, Cost, CostLike, TokenCost, as_cost
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -56,11 +58,6 @@ __all__ = [
     "length_sum",
     "repeat",
 ]
-
-#: How a batch's cost is counted: ``"padded"`` = longest length x count, ``"sum"`` = the
-#: sum of the lengths.
-Cost = Literal["padded", "sum"]
-COSTS: tuple[Cost, ...] = get_args(Cost)
 
 #: Cost levels a window's batches are sorted by (each ``max_tokens / LEVELS`` wide).
 LEVELS = 64
@@ -120,17 +117,13 @@ def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return values[torch.cumsum(marks, 0)]
 
 
-def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: Cost) -> torch.Tensor:
-    """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each."""
+def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> torch.Tensor:
+    """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each,
+    in the cost model's units (:attr:`TokenCost.scale` per token)."""
     if sizes.numel() == 0:
         return torch.zeros(0, dtype=torch.int64)
     batch = repeat(torch.arange(sizes.numel()), sizes)
-    values = lengths.to(torch.int64)
-    if cost == "sum":
-        return torch.zeros(sizes.numel(), dtype=torch.int64).index_add_(0, batch, values)
-    longest = torch.zeros(sizes.numel(), dtype=torch.int64)
-    longest.scatter_reduce_(0, batch, values, reduce="amax")
-    return longest * sizes
+    return as_cost(cost).costs(lengths, batch, sizes.numel())
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,7 +158,7 @@ class TokenOrder(Order):
         self,
         lengths: torch.Tensor,
         max_tokens: int,
-        cost: Cost,
+        cost: CostLike,
         window: int,
         *,
         shuffle: bool,
@@ -175,7 +168,9 @@ class TokenOrder(Order):
     ) -> None:
         self.lengths = lengths
         self.max_tokens = max_tokens
-        self.cost: Cost = cost
+        self.cost = cost
+        #: The cost model (``cost`` as a :class:`~samplers.tokens.cost.TokenCost`).
+        self.model: TokenCost = as_cost(cost)
         self.window = window
         self.shuffle = shuffle
         self.seed = seed
@@ -302,10 +297,11 @@ class TokenOrder(Order):
         batch_window = starts // window
         # Order each window's batches by cost level, rising in even windows and falling in
         # odd ones; ties by where the batch's first sample was in the permutation.
+        budget = self.model.budget(self.max_tokens)
         level = torch.where(
-            costs > self.max_tokens,
+            costs > budget,
             torch.full_like(costs, LEVELS + 1),
-            costs * LEVELS // max(self.max_tokens, 1),
+            costs * LEVELS // max(budget, 1),
         )
         odd = (batch_window + (lo // window)) % 2 == 1
         level = torch.where(odd, LEVELS + 1 - level, level)
@@ -331,13 +327,14 @@ class TokenOrder(Order):
         many iterations as the window with the most batches has, never one per sample);
         with few, the single chain through them is followed in Python.
         """
-        budget = self.max_tokens
-        if self.cost == "padded":
-            # Longest first: a batch starting at i holds max(1, budget // length[i]) samples.
-            fits = torch.clamp(budget // torch.clamp(lengths, min=1), min=1)
+        budget = self.model.budget(self.max_tokens)
+        each = lengths if self.model.linear else self.model.sample_costs(lengths)
+        if self.model.kind == "padded":
+            # Longest first: a batch starting at i holds max(1, budget // cost[i]) samples.
+            fits = torch.clamp(budget // torch.clamp(each, min=1), min=1)
             after = torch.minimum(local + fits, window_end)
         else:
-            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
         windows = ceil_div(count, self.window)
@@ -363,9 +360,10 @@ class TokenOrder(Order):
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
     ) -> torch.Tensor:
-        if self.cost == "padded":
-            return lengths[starts] * sizes  # the longest is the first
-        return batch_costs(lengths, sizes, "sum")
+        if self.model.kind == "padded":
+            # The longest is the first.
+            return self.model.sample_costs(lengths[starts]) * sizes
+        return batch_costs(lengths, sizes, self.model)
 
 
 def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:

@@ -20,8 +20,9 @@ from samplers.iterators import BatchIterator
 from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
+from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import COSTS, Cost, TokenOrder, default_window, length_sum
+from samplers.tokens.order import TokenOrder, default_window, length_sum
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -90,7 +91,11 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         seed: must be the same on every rank; ``None``: one random seed agreed by all
             ranks (a collective).
         tail: ``"uneven"``, ``"pad"`` or ``"drop"``.
-        cost: ``"padded"`` or ``"sum"``.
+        cost: ``"padded"`` or ``"sum"`` (linear in the lengths), or a
+            :class:`~samplers.tokens.cost.TokenCost`: quadratic (``TokenCost("padded",
+            quadratic=q)``, each sample ``d + d² / q``) or a named function of the lengths
+            (see :mod:`samplers.tokens.cost`); a mapping of its fields is taken too. The
+            budget, the balance and the checkpoint (which records the model) follow it.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         window: samples sorted together; default: about 64 batches' worth at the mean
             length, and at most a quarter of the dataset. Larger windows pad less and
@@ -115,7 +120,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         shuffle: bool = True,
         seed: int | None = 0,
         tail: Tail = "uneven",
-        cost: Cost = "padded",
+        cost: CostLike = "padded",
         auto_epoch: bool = False,
         window: int | None = None,
         permutation: Permutation = "feistel",
@@ -127,7 +132,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.shuffle = checks.as_flag("shuffle", shuffle)
         self.tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]
-        self.cost: Cost = "sum" if choice("cost", cost, COSTS) == "sum" else "padded"
+        model = as_cost(cost)
+        #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
+        self.cost: str | TokenCost = model.kind if model == TokenCost(model.kind) else model
         self.permutation = checks.permutation(permutation)
         self.length_sum = length_sum(self.lengths)
         self.window = (
@@ -143,7 +150,10 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
-        warn_over_budget(self.lengths, self.max_tokens)
+        if model.linear:
+            warn_over_budget(self.lengths, self.max_tokens)
+        else:
+            warn_costly(self.lengths, self.max_tokens, model)
 
     # Plans ----------------------------------------------------------------------------------
 
@@ -207,7 +217,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         return {
             "length_sum": self.length_sum,
             "max_tokens": self.max_tokens,
-            "cost": self.cost,
+            "cost": as_cost(self.cost).label,
             "window": self.window,
         }
 
@@ -258,7 +268,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             **super().settings(),
             "length sum": self.length_sum,
             "max_tokens": self.max_tokens,
-            "cost": self.cost,
+            "cost": as_cost(self.cost).label,
             "window": self.window,
         }
 
