@@ -176,7 +176,9 @@ def test_a_quadratic_budget_keeps_long_batches_smaller() -> None:
     lengths = [1000] * 64 + [10] * 64
     linear = [b for share in shares(lengths, 8000, 1, shuffle=False) for b in share]
     quadratic = TokenCost("padded", quadratic=1000)
-    squared = [b for share in shares(lengths, 8000, 1, shuffle=False, cost=quadratic) for b in share]
+    squared = [
+        b for share in shares(lengths, 8000, 1, shuffle=False, cost=quadratic) for b in share
+    ]
     longest = max(len(b) for b in linear if lengths[b[0]] == 1000)
     assert longest == 8
     assert max(len(b) for b in squared if lengths[b[0]] == 1000) == 4  # 4 x 2000 = 8000

@@ -32,11 +32,10 @@ A sample whose own cost exceeds ``max_tokens`` forms a batch of its own.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
-
-import warnings
 
 import torch
 

@@ -20,7 +20,7 @@ from samplers.iterators import BatchIterator
 from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
-from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
+from samplers.tokens.cost import Cost, CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.layout import TokenLayout
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 
@@ -134,7 +134,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self.tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]
         model = as_cost(cost)
         #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
-        self.cost: str | TokenCost = model.kind if model == TokenCost(model.kind) else model
+        self.cost: Cost | TokenCost = model.kind if model == TokenCost(model.kind) else model
         self.permutation = checks.permutation(permutation)
         self.length_sum = length_sum(self.lengths)
         self.window = (
