@@ -9,6 +9,10 @@
 * :class:`DistributedTokenBatchSampler`: batches of variable-length samples under a token
   budget, the same number on every rank, with balanced work per step, under a cost model
   (:class:`TokenCost`: padded or summed, linear, quadratic or a named function);
+* :class:`DistributedPackedBatchSampler`: samples packed whole into rows of at most
+  ``max_length`` tokens (best-fit decreasing), batches of rows dealt like the token
+  sampler's; :func:`packed_collate` turns a batch into ``input_ids``, ``position_ids``
+  and ``cu_seqlens``;
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
@@ -23,12 +27,15 @@ from samplers.consistency import InconsistentRanksError
 from samplers.gather import gather_unsharded, unshard
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
+from samplers.tokens.collate import packed_collate
 from samplers.tokens.cost import TokenCost
+from samplers.tokens.packed import DistributedPackedBatchSampler
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
 __all__ = [
     "DistributedBatchSampler",
+    "DistributedPackedBatchSampler",
     "DistributedSampler",
     "DistributedSamplerWrapper",
     "DistributedTokenBatchSampler",
@@ -39,5 +46,6 @@ __all__ = [
     "ShardSizes",
     "TokenCost",
     "gather_unsharded",
+    "packed_collate",
     "unshard",
 ]

@@ -291,13 +291,15 @@ class TokenOrder(Order):
         window_start = local - local % window
         indices = indices[window_start + column]
         window_end = torch.clamp(window_start + window, max=count)
-        starts = self._cut(lengths, local, window_end, count)
+        indices, lengths, column, starts = self._batches(
+            indices, lengths, column, local, window_end, count
+        )
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
         batch_window = starts // window
         # Order each window's batches by cost level, rising in even windows and falling in
         # odd ones; ties by where the batch's first sample was in the permutation.
-        budget = self.model.budget(self.max_tokens)
+        budget = self._level_budget()
         level = torch.where(
             costs > budget,
             torch.full_like(costs, LEVELS + 1),
@@ -316,6 +318,29 @@ class TokenOrder(Order):
         ordered[local + shift] = indices
         dtype = torch.int32 if self.size < 2**31 else torch.int64
         return Span(lo, hi, ordered.to(dtype), new_starts + lo)
+
+    def _batches(
+        self,
+        indices: torch.Tensor,
+        lengths: torch.Tensor,
+        column: torch.Tensor,
+        local: torch.Tensor,
+        window_end: torch.Tensor,
+        count: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk's windows (each sorted longest first) cut into batches: the samples
+        (``indices``, ``lengths``, ``column``: their place in the window's permutation)
+        rearranged within their windows if need be, and the batch starts (local)."""
+        return indices, lengths, column, self._cut(lengths, local, window_end, count)
+
+    def _level_budget(self) -> int:
+        """The cost (in the model's units) the :data:`LEVELS` levels divide."""
+        return self.model.budget(self.max_tokens)
+
+    def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
+        """Where a layout cuts batches ``[lows, highs)`` (two samples or more) in two: the
+        first part holds ``ceil(n / 2)`` samples."""
+        return lows + (highs - lows + 1) // 2
 
     def _cut(
         self, lengths: torch.Tensor, local: torch.Tensor, window_end: torch.Tensor, count: int

@@ -110,6 +110,10 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             ``DeviceMesh``); default: the default process group.
     """
 
+    #: Whether ``__init__`` warns of samples over ``max_tokens`` (a subclass with another
+    #: limit warns itself).
+    _warns_over_budget = True
+
     def __init__(
         self,
         lengths: Any,
@@ -150,9 +154,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
-        if model.linear:
+        if self._warns_over_budget and model.linear:
             warn_over_budget(self.lengths, self.max_tokens)
-        else:
+        elif self._warns_over_budget:
             warn_costly(self.lengths, self.max_tokens, model)
 
     # Plans ----------------------------------------------------------------------------------
