@@ -51,6 +51,13 @@ def _quiet(make: Callable[[], Any]) -> Any:
         return make()
 
 
+def _listed(sampler: Any) -> Any:
+    """One epoch of ``sampler`` (its warnings, e.g. of over-long samples, silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return list(sampler)
+
+
 def _build(
     key: str, lengths: torch.Tensor, world: int, rank: int, seed: int, max_tokens: int, context: int
 ) -> Any:
@@ -88,18 +95,17 @@ def _epoch(
         size = max_tokens // context
         shares = []
         for rank in range(world):
-            sampler: StockSampler[int] = StockSampler(
-                range(lengths.numel()), world, rank, seed=seed
-            )  # type: ignore[arg-type]
-            sampler.set_epoch(epoch)
-            indices = list(sampler)
+            dataset: Any = range(lengths.numel())
+            stock: StockSampler[int] = StockSampler(dataset, world, rank, seed=seed)
+            stock.set_epoch(epoch)
+            indices = list(stock)
             shares.append([indices[i : i + size] for i in range(0, len(indices), size)])
         return shares
     shares = []
     for rank in range(world):
         sampler = _build(key, lengths, world, rank, seed, max_tokens, context)
         sampler.set_epoch(epoch)
-        shares.append(_quiet(lambda sampler=sampler: list(sampler)))
+        shares.append(_listed(sampler))
     return shares
 
 
@@ -132,7 +138,7 @@ def resumes_elsewhere(
     for rank in range(other):
         sampler = _build(key, lengths, other, rank, seed, max_tokens, context)
         sampler.load_state_dict(state)
-        seen += [i for batch in _quiet(lambda sampler=sampler: list(sampler)) for i in batch]
+        seen += [i for batch in _listed(sampler) for i in batch]
     return "yes" if sorted(seen) == list(range(lengths.numel())) else "no"
 
 
