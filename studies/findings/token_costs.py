@@ -99,7 +99,10 @@ def claim(table: pd.DataFrame) -> str:
     steadier = (
         quadratic["straggler ratio, with attention"] < padded["straggler ratio, with attention"]
     ).sum()
-    configurations = f"{len(packed)} configurations ({joined(WORLD_SIZES)} ranks)"
+    data = len(packed.index.unique("data"))
+    configurations = (
+        f"{len(packed)} configurations of {data} length distributions x {joined(WORLD_SIZES)} ranks"
+    )
     return (
         f"Over {total} runs of ours under three cost models (padded, quadratic, packed; "
         f"{configurations} each), every batch stayed within its limit in {of(within)}, every "
@@ -146,7 +149,7 @@ def prose(table: pd.DataFrame) -> str:
         f"{_range(padded['steps'], 'g')} for ours, with an efficiency of "
         f"{_range(fixed['efficiency'], '.3f')}, straggler ratios of "
         f"{_range(fixed['straggler ratio, tokens'], '.3f')} and a simulated epoch "
-        f"{_range(fixed['simulated epoch time / padded'], '.2f')} times ours; the stock "
+        f"{_range(fixed['simulated epoch time / padded'], '.2f')} times ours (padded); the stock "
         "sampler has no state to resume from."
     )
 
