@@ -13,7 +13,16 @@ attention term is lhotse's quadratic cost with ``q = 1 / per_square``
 * ``packed``: :class:`samplers.DistributedPackedBatchSampler` with rows of the context
   length, ``max_tokens / context`` rows per batch, ``TokenCost("sum", quadratic=...)``;
 * ``fixed``: torch's ``DistributedSampler`` with the largest fixed batch size that never
-  exceeds ``max_tokens`` (``max_tokens / context``).
+  exceeds ``max_tokens`` (``max_tokens / context``);
+* ``rebalance``: transformers' ``BatchRebalanceSampler`` (``train_sampling_strategy=
+  "batch_rebalance"``), each step ``W x`` ours' mean samples per batch, one
+  micro-batch per rank per step (``grad_accum=1``), its defaults otherwise (optional
+  peer: skipped without transformers);
+* ``trl-bfd``: TRL's ``pack_dataset(strategy="bfd")`` as a reimplementation written here
+  from its idea (not TRL's code): the whole dataset packed best-fit decreasing into rows
+  of the context length, the rows then served as a dataset by torch's
+  ``DistributedSampler`` (what the Trainer's sharding does to them) in batches of
+  ``max_tokens / context`` rows.
 
 A packed batch is processed as its rows (``rows x max_length`` tokens through the linear
 layers) with attention within each sample (``sum of d²``); a padded batch as ``count x
@@ -33,7 +42,7 @@ from samplers import DistributedPackedBatchSampler, DistributedTokenBatchSampler
 from samplers.tokens.packing import row_starts
 from studies.token_batching import Shares, StepModel
 
-__all__ = ["QUADRATIC", "SAMPLERS", "measure", "quadratic_budget", "resumes_elsewhere"]
+__all__ = ["PACKED", "QUADRATIC", "SAMPLERS", "measure", "quadratic_budget", "resumes_elsewhere"]
 
 #: ``q`` of the quadratic cost: the step model's ``1 / per_square`` (width 1024 x 6).
 QUADRATIC = round(1 / StepModel().per_square)
@@ -109,11 +118,63 @@ def _epoch(
     return shares
 
 
+def _trl_bfd(
+    lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+) -> Shares:
+    from samplers.tokens.packing import best_fit_decreasing
+
+    order = sorted(range(lengths.numel()), key=lambda i: -int(lengths[i]))  # stable: ties by index
+    values = lengths.tolist()
+    assigned = best_fit_decreasing([values[i] for i in order], context)
+    rows: list[list[int]] = [[] for _ in range(max(assigned, default=-1) + 1)]
+    for index, row in zip(order, assigned, strict=True):
+        rows[row].append(index)
+    size = max_tokens // context
+    shares = []
+    for rank in range(world):
+        dataset: Any = range(len(rows))
+        stock: StockSampler[int] = StockSampler(dataset, world, rank, seed=seed)
+        stock.set_epoch(epoch)
+        picked = list(stock)
+        batches = [picked[i : i + size] for i in range(0, len(picked), size)]
+        # A batch's rows in the order they were opened: their lengths alone tell them apart
+        # again (samplers.tokens.packing.row_starts), as measure() reads them.
+        shares.append([[i for r in sorted(batch) for i in rows[r]] for batch in batches])
+    return shares
+
+
+def _rebalance(
+    lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+) -> Shares | None:
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    from transformers.trainer_pt_utils import BatchRebalanceSampler
+
+    ours = _epoch("padded", lengths, world, 0, seed, max_tokens, context)
+    batches = [batch for share in ours for batch in share]
+    per_batch = max(1, round(sum(map(len, batches)) / len(batches)))
+    values = lengths.tolist()
+    shares = []
+    for rank in range(world):
+        sampler = BatchRebalanceSampler(values, world * per_batch, world, 1, seed=seed, rank=rank)
+        sampler.set_epoch(epoch)
+        shares.append([list(batch) for batch in sampler])
+    return shares
+
+
 #: The samplers by key: ``(lengths, world, epoch, seed, max_tokens, context) -> shares``.
-SAMPLERS: dict[str, Callable[..., Shares]] = {
-    key: (lambda *arguments, key=key: _epoch(key, *arguments))
-    for key in ("padded", "quadratic", "packed", "fixed")
+SAMPLERS: dict[str, Callable[..., Shares | None]] = {
+    **{
+        key: (lambda *arguments, key=key: _epoch(key, *arguments))
+        for key in ("padded", "quadratic", "packed", "fixed")
+    },
+    "rebalance": _rebalance,
+    "trl-bfd": _trl_bfd,
 }
+#: Samplers measured as packed rows of the context length.
+PACKED = ("packed", "trl-bfd")
 
 
 def resumes_elsewhere(
@@ -128,7 +189,7 @@ def resumes_elsewhere(
     """``"yes"`` when an epoch stopped at half its steps on ``world`` ranks and resumed on
     ``other`` ranks sees every sample exactly once, ``"no"`` otherwise, ``"no state"`` for
     a sampler without one."""
-    if key == "fixed":
+    if key not in ("padded", "quadratic", "packed"):
         return "no state"
     first = [_build(key, lengths, world, rank, seed, max_tokens, context) for rank in range(world)]
     steps = len(first[0]) // 2
@@ -149,7 +210,7 @@ def _processed(
     lengths = [values[i] for i in batch]
     if not lengths:
         return 0, 0.0, False
-    if key == "packed":
+    if key in PACKED:
         starts = row_starts(lengths, context)
         ends = [*starts[1:], len(lengths)]
         rows = [sum(lengths[a:b]) for a, b in zip(starts, ends, strict=True)]
@@ -183,7 +244,7 @@ def measure(
             processed += done
             if key == "quadratic":
                 beyond = len(batch) > 1 and done + attention > quadratic
-            elif key != "packed":
+            elif key not in PACKED:
                 beyond = len(batch) > 1 and done > max_tokens
             over += beyond
             tokens.append(done)

@@ -32,6 +32,11 @@ def test_the_claim_holds_in_the_tables(table) -> None:
     assert (packed["efficiency"] >= token_costs.PACKED_TARGET).all()
     weighted = "straggler ratio, with attention"
     assert (quadratic[weighted] < padded[weighted]).all()
+    rebalance, trl = rows(table, "rebalance"), rows(table, "trl-bfd")
+    assert (rebalance["batches over its limit"] > 0).all()
+    assert (rebalance["resumed elsewhere, each sample once"] == "no state").all()
+    assert (trl["samples repeated"] > 0).all()
+    assert (packed[weighted] < trl[weighted]).all()
     fixed = rows(table, "fixed")
     assert (fixed["steps"] > padded["steps"]).all()
     assert (fixed["resumed elsewhere, each sample once"] == "no state").all()

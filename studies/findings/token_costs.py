@@ -36,12 +36,16 @@ NAMES = {
     "quadratic": f"ours, quadratic (q={QUADRATIC})",
     "packed": f"ours, packed rows of {CONTEXT:,}",
     "fixed": f"stock DistributedSampler, batches of {ROWS}",
+    "rebalance": "transformers BatchRebalanceSampler",
+    "trl-bfd": "TRL-style global BFD (reimplemented), stock sampler over rows",
 }
 LIMITS = {
     "padded": f"count x longest <= {MAX_TOKENS:,}",
     "quadratic": f"count x (L + L²/{QUADRATIC}) <= {quadratic_budget(MAX_TOKENS, CONTEXT):,}",
     "packed": f"{ROWS} rows of <= {CONTEXT:,} tokens",
     "fixed": f"{ROWS} samples (<= {MAX_TOKENS:,} padded)",
+    "rebalance": f"none (counted: count x longest > {MAX_TOKENS:,})",
+    "trl-bfd": f"{ROWS} rows of <= {CONTEXT:,} tokens",
 }
 #: Packing efficiency the packed sampler must reach on both distributions.
 PACKED_TARGET = 0.98
@@ -55,6 +59,8 @@ def compare() -> pd.DataFrame:
             times: dict[str, float] = {}
             for key, run in SAMPLERS.items():
                 shares = run(lengths, world, 0, SEED, MAX_TOKENS, CONTEXT)
+                if shares is None:
+                    continue  # an optional peer that is not installed
                 measured = measure(key, lengths, shares, MAX_TOKENS, CONTEXT)
                 times[key] = float(measured.pop("simulated epoch time"))
                 rows.append(
@@ -151,7 +157,51 @@ def prose(table: pd.DataFrame) -> str:
         f"{_range(fixed['straggler ratio, tokens'], '.3f')} and a simulated epoch "
         f"{_range(fixed['simulated epoch time / padded'], '.2f')} times ours (padded); the stock "
         "sampler has no state to resume from."
+    ) + _anchors(table, packed)
+
+
+def _anchors(table: pd.DataFrame, packed: pd.DataFrame) -> str:
+    """The peers' paragraph: transformers' rebalancing sampler and a TRL-style global BFD."""
+    text = ""
+    if NAMES["rebalance"] in set(table["sampler"]):
+        rebalance = _of("rebalance", table)
+        share = rebalance["batches over its limit"] / (
+            rebalance["steps"] * rebalance.index.get_level_values("ranks")
+        )
+        text += (
+            "\n\ntransformers' BatchRebalanceSampler (each step the ranks' mean samples per "
+            "batch of ours' padded epoch, times the ranks; one micro-batch per rank, its "
+            "defaults otherwise, drop_last among them) balances a cost of its own (count x "
+            "longest + 0.001 x count x longest²) with a fixed number of samples per step and "
+            f"no token budget: efficiency {_range(rebalance['efficiency'], '.3f')}, straggler "
+            f"ratios {_range(rebalance['straggler ratio, tokens'], '.3f')} in tokens and "
+            f"{_range(rebalance['straggler ratio, with attention'], '.3f')} with attention, "
+            f"{_range(rebalance['batches over its limit'], 'g')} batches over max_tokens "
+            f"({_range(share, '.0%')} of them), "
+            f"{_range(rebalance['samples not seen'], 'g')} samples not seen in the epoch, and "
+            "no state to resume from."
+        )
+    else:
+        text += "\n\ntransformers is not installed: its BatchRebalanceSampler was not measured."
+    trl = _of("trl-bfd", table)
+    tighter = (trl["efficiency"] > packed["efficiency"]).sum()
+    steadier = (
+        packed["straggler ratio, with attention"] < trl["straggler ratio, with attention"]
+    ).sum()
+    total = len(packed)
+    text += (
+        "\n\nA TRL-style global best-fit decreasing packing (reimplemented here from TRL's "
+        "idea, not its code: the whole dataset packed at once, the rows then sharded by the "
+        f"stock sampler) filled {_range(trl['efficiency'], '.4f')} of its rows, more than "
+        f"ours' windows in {count_of(int(tighter), total, 'configurations')}, with a "
+        f"straggler ratio of {_range(trl['straggler ratio, tokens'], '.3f')} in tokens but "
+        f"{_range(trl['straggler ratio, with attention'], '.3f')} with attention (ours "
+        "packed was steadier with attention in "
+        f"{count_of(int(steadier), total, 'configurations')}); the same rows every epoch, "
+        f"{_range(trl['samples repeated'], 'g')} samples repeated by the stock sampler's "
+        "padding of the rows, and no state to resume from."
     )
+    return text
 
 
 def build() -> Evidence:
