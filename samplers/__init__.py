@@ -7,7 +7,12 @@
   every rank for every tail policy;
 * :class:`DistributedSamplerWrapper`: shards the stream of any sampler;
 * :class:`DistributedTokenBatchSampler`: batches of variable-length samples under a token
-  budget, the same number on every rank, with balanced work per step;
+  budget, the same number on every rank, with balanced work per step, under a cost model
+  (:class:`TokenCost`: padded or summed, linear, quadratic or a named function);
+* :class:`DistributedPackedBatchSampler`: samples packed whole into rows of at most
+  ``max_length`` tokens (best-fit decreasing), batches of rows dealt like the token
+  sampler's; :func:`packed_collate` turns a batch into ``input_ids``, ``position_ids``
+  and ``cu_seqlens``;
 * :class:`DistributedMixtureSampler` / :class:`DistributedMixtureBatchSampler`: several
   datasets mixed by weight, exact at every prefix, each source once per pass, resumable
   on any world size and reweightable mid-run;
@@ -26,6 +31,9 @@ from samplers.gather import gather_unsharded, unshard
 from samplers.mixture import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
+from samplers.tokens.collate import packed_collate
+from samplers.tokens.cost import TokenCost
+from samplers.tokens.packed import DistributedPackedBatchSampler
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
 
@@ -33,6 +41,7 @@ __all__ = [
     "DistributedBatchSampler",
     "DistributedMixtureBatchSampler",
     "DistributedMixtureSampler",
+    "DistributedPackedBatchSampler",
     "DistributedSampler",
     "DistributedSamplerWrapper",
     "DistributedTokenBatchSampler",
@@ -43,6 +52,8 @@ __all__ = [
     "SamplerWarning",
     "SeedTypeError",
     "ShardSizes",
+    "TokenCost",
     "gather_unsharded",
+    "packed_collate",
     "unshard",
 ]

@@ -157,11 +157,14 @@ class _Mixture(SamplerCore):
             SCHEDULE_FIELD: [[start, list(p)] for start, p in self.schedule.segments],
         }
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The core's state (one global position) plus the sources' sizes and the weight
-        schedule: ``[[position, parts], ...]``, each segment's stream position and integer
-        parts (``parts[d] / sum(parts)`` is source ``d``'s share)."""
-        return self.state_dict_with(super().state_dict(consumed))
+    def state_dict(
+        self, consumed: int | None = None, *, batch_size: int | None = None
+    ) -> dict[str, Any]:
+        """The core's state (one global position; ``consumed`` and ``batch_size`` as
+        there) plus the sources' sizes and the weight schedule: ``[[position, parts],
+        ...]``, each segment's stream position and integer parts (``parts[d] / sum(parts)``
+        is source ``d``'s share)."""
+        return self.state_dict_with(super().state_dict(consumed, batch_size=batch_size))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a state saved by a mixture of the same sources (sizes), seed and

@@ -172,7 +172,7 @@ class TokenLayout(Layout):
             self._raw_limit = cut[0] if cut else raw
             bounds = self._raw(self._raw_limit, raw)
             lows, highs = bounds[:-1], bounds[1:]
-            halves = lows + (highs - lows + 1) // 2
+            halves = self.order.halves(lows, highs)
             chosen = torch.tensor(cut, dtype=torch.int64) - self._raw_limit
             self._pieces = torch.sort(torch.cat([bounds, halves[chosen]])).values
             self._steps = ceil_div(raw + len(cut), width)

@@ -16,7 +16,9 @@ the shuffled epoch, the last one shorter):
 3. they are cut greedily into batches: a batch takes the next samples as long as its cost
    stays within ``max_tokens``. Cost ``"padded"`` is the longest length times the count
    (a batch padded to its longest sample); ``"sum"`` is the sum of the lengths (packed
-   sequences). A sample longer than ``max_tokens`` is a batch of its own;
+   sequences); a :class:`~samplers.tokens.cost.TokenCost` counts each sample as
+   ``d + d² / q`` or by a named function, padded or summed. A sample costing more than
+   ``max_tokens`` alone is a batch of its own;
 4. the window's batches are put in order of cost, grouped in :data:`LEVELS` levels of
    ``max_tokens / LEVELS`` each (over-budget batches above them), rising in even windows
    and falling in odd ones, ties in random order (the permutation position of each
@@ -38,11 +40,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, get_args
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import torch
 
 from samplers.plan import Order, Permutation, ceil_div, make_order
+from samplers.tokens.cost import COSTS, Cost, CostLike, TokenCost, as_cost
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -60,11 +63,6 @@ __all__ = [
     "locked",
     "repeat",
 ]
-
-#: How a batch's cost is counted: ``"padded"`` = longest length x count, ``"sum"`` = the
-#: sum of the lengths.
-Cost = Literal["padded", "sum"]
-COSTS: tuple[Cost, ...] = get_args(Cost)
 
 #: Cost levels a window's batches are sorted by (each ``max_tokens / LEVELS`` wide).
 LEVELS = 64
@@ -160,17 +158,13 @@ def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return values[torch.cumsum(marks, 0)]
 
 
-def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: Cost) -> torch.Tensor:
-    """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each."""
+def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> torch.Tensor:
+    """The cost of consecutive batches of ``lengths`` (int64) with ``sizes`` samples each,
+    in the cost model's units (:attr:`TokenCost.scale` per token)."""
     if sizes.numel() == 0:
         return torch.zeros(0, dtype=torch.int64)
     batch = repeat(torch.arange(sizes.numel()), sizes)
-    values = lengths.to(torch.int64)
-    if cost == "sum":
-        return torch.zeros(sizes.numel(), dtype=torch.int64).index_add_(0, batch, values)
-    longest = torch.zeros(sizes.numel(), dtype=torch.int64)
-    longest.scatter_reduce_(0, batch, values, reduce="amax")
-    return longest * sizes
+    return as_cost(cost).costs(lengths, batch, sizes.numel())
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,7 +199,7 @@ class TokenOrder(Order):
         self,
         lengths: torch.Tensor,
         max_tokens: int,
-        cost: Cost,
+        cost: CostLike,
         window: int,
         *,
         shuffle: bool,
@@ -215,7 +209,9 @@ class TokenOrder(Order):
     ) -> None:
         self.lengths = lengths
         self.max_tokens = max_tokens
-        self.cost: Cost = cost
+        self.cost = cost
+        #: The cost model (``cost`` as a :class:`~samplers.tokens.cost.TokenCost`).
+        self.model: TokenCost = as_cost(cost)
         self.window = window
         self.shuffle = shuffle
         self.seed = seed
@@ -343,16 +339,19 @@ class TokenOrder(Order):
         window_start = local - local % window
         indices = indices[window_start + column]
         window_end = torch.clamp(window_start + window, max=count)
-        starts = self._cut(lengths, local, window_end, count)
+        indices, lengths, column, starts = self._batches(
+            indices, lengths, column, local, window_end, count
+        )
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
         batch_window = starts // window
         # Order each window's batches by cost level, rising in even windows and falling in
         # odd ones; ties by where the batch's first sample was in the permutation.
+        budget = self._level_budget()
         level = torch.where(
-            costs > self.max_tokens,
+            costs > budget,
             torch.full_like(costs, LEVELS + 1),
-            costs * LEVELS // max(self.max_tokens, 1),
+            costs * LEVELS // max(budget, 1),
         )
         odd = (batch_window + (lo // window)) % 2 == 1
         level = torch.where(odd, LEVELS + 1 - level, level)
@@ -368,6 +367,29 @@ class TokenOrder(Order):
         dtype = torch.int32 if self.size < 2**31 else torch.int64
         return Span(lo, hi, ordered.to(dtype), new_starts + lo)
 
+    def _batches(
+        self,
+        indices: torch.Tensor,
+        lengths: torch.Tensor,
+        column: torch.Tensor,
+        local: torch.Tensor,
+        window_end: torch.Tensor,
+        count: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk's windows (each sorted longest first) cut into batches: the samples
+        (``indices``, ``lengths``, ``column``: their place in the window's permutation)
+        rearranged within their windows if need be, and the batch starts (local)."""
+        return indices, lengths, column, self._cut(lengths, local, window_end, count)
+
+    def _level_budget(self) -> int:
+        """The cost (in the model's units) the :data:`LEVELS` levels divide."""
+        return self.model.budget(self.max_tokens)
+
+    def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
+        """Where a layout cuts batches ``[lows, highs)`` (two samples or more) in two: the
+        first part holds ``ceil(n / 2)`` samples."""
+        return lows + (highs - lows + 1) // 2
+
     def _cut(
         self, lengths: torch.Tensor, local: torch.Tensor, window_end: torch.Tensor, count: int
     ) -> torch.Tensor:
@@ -378,15 +400,16 @@ class TokenOrder(Order):
         many iterations as the window with the most batches has, never one per sample);
         with few, the single chain through them is followed in Python.
         """
-        budget = self.max_tokens
-        if self.cost == "padded":
-            # Longest first: a batch starting at i holds max(1, budget // length[i]) samples.
+        budget = self.model.budget(self.max_tokens)
+        each = lengths if self.model.linear else self.model.sample_costs(lengths)
+        if self.model.kind == "padded":
+            # Longest first: a batch starting at i holds max(1, budget // cost[i]) samples.
             # At most a window's worth, so that ``local + fits`` cannot overflow.
-            budget = min(budget, max(int(lengths.max()), 1) * self.window)
-            fits = torch.clamp(budget // torch.clamp(lengths, min=1), min=1, max=self.window)
+            budget = min(budget, max(int(each.max()), 1) * self.window)
+            fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=self.window)
             after = torch.minimum(local + fits, window_end)
         else:
-            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
+            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
             budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
@@ -413,9 +436,10 @@ class TokenOrder(Order):
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
     ) -> torch.Tensor:
-        if self.cost == "padded":
-            return lengths[starts] * sizes  # the longest is the first
-        return batch_costs(lengths, sizes, "sum")
+        if self.model.kind == "padded":
+            # The longest is the first.
+            return self.model.sample_costs(lengths[starts]) * sizes
+        return batch_costs(lengths, sizes, self.model)
 
 
 def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:

@@ -20,15 +20,9 @@ from samplers.iterators import BatchIterator
 from samplers.options import TAILS, Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
+from samplers.tokens.cost import Cost, CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import (
-    COSTS,
-    Cost,
-    TokenOrder,
-    default_window,
-    length_digest,
-    length_sum,
-)
+from samplers.tokens.order import TokenOrder, default_window, length_digest, length_sum
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -100,7 +94,11 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         seed: must be the same on every rank; ``None``: one random seed agreed by all
             ranks (a collective).
         tail: ``"uneven"``, ``"pad"`` or ``"drop"``.
-        cost: ``"padded"`` or ``"sum"``.
+        cost: ``"padded"`` or ``"sum"`` (linear in the lengths), or a
+            :class:`~samplers.tokens.cost.TokenCost`: quadratic (``TokenCost("padded",
+            quadratic=q)``, each sample ``d + d² / q``) or a named function of the lengths
+            (see :mod:`samplers.tokens.cost`); a mapping of its fields is taken too. The
+            budget, the balance and the checkpoint (which records the model) follow it.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.
         window: samples sorted together; default: about 64 batches' worth at the mean
             length, at most a quarter of the dataset unless two batches' worth is more,
@@ -117,6 +115,10 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             ``DeviceMesh``); default: the default process group.
     """
 
+    #: Whether ``__init__`` warns of samples over ``max_tokens`` (a subclass with another
+    #: limit warns itself).
+    _warns_over_budget = True
+
     def __init__(
         self,
         lengths: Any,
@@ -127,7 +129,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         shuffle: bool = True,
         seed: int | None = 0,
         tail: Tail = "uneven",
-        cost: Cost = "padded",
+        cost: CostLike = "padded",
         auto_epoch: bool = False,
         window: int | None = None,
         permutation: Permutation = "feistel",
@@ -139,7 +141,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.shuffle = checks.as_flag("shuffle", shuffle)
         self.tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]
-        self.cost: Cost = "sum" if choice("cost", cost, COSTS) == "sum" else "padded"
+        model = as_cost(cost)
+        #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
+        self.cost: Cost | TokenCost = model.kind if model == TokenCost(model.kind) else model
         self.permutation = checks.permutation(permutation)
         self.length_sum = length_sum(self.lengths)
         self.window = (
@@ -156,7 +160,10 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._layouts: dict[tuple[Any, ...], TokenLayout] = {}
         self._warned_unequal = False
         self._length_digest: str | None = None
-        warn_over_budget(self.lengths, self.max_tokens, self.tail)
+        if self._warns_over_budget and model.linear:
+            warn_over_budget(self.lengths, self.max_tokens, self.tail)
+        elif self._warns_over_budget:
+            warn_costly(self.lengths, self.max_tokens, model)
 
     # Plans ----------------------------------------------------------------------------------
 
@@ -230,7 +237,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             "length_sum": self.length_sum,
             "length_digest": self.length_digest,
             "max_tokens": self.max_tokens,
-            "cost": self.cost,
+            "cost": as_cost(self.cost).label,
             "window": self.window,
         }
 
@@ -282,7 +289,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             "length sum": self.length_sum,
             "length digest": self.length_digest,
             "max_tokens": self.max_tokens,
-            "cost": self.cost,
+            "cost": as_cost(self.cost).label,
             "window": self.window,
         }
 

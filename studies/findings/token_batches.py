@@ -29,6 +29,8 @@ GUARDED_BY = "tests/test_token_batches.py::test_the_claim_holds_in_the_tables"
 SLOW = True
 
 MAX_TOKENS = 16384
+#: Packed rows: (max_length, rows per batch), the context and as many rows as fill MAX_TOKENS.
+CONTEXT_ROWS = (CONTEXT, MAX_TOKENS // CONTEXT)
 WORLD_SIZES = (4, 8)
 SEED = 0
 SYNTHETIC_SIZE = 12_000

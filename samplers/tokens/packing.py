@@ -1,0 +1,203 @@
+"""The epoch order of a packed sampler: windows packed best-fit decreasing into rows.
+
+Guarantee: :class:`PackedOrder` is a :class:`~samplers.tokens.order.TokenOrder` (a
+permutation of ``[0, N)``, its batches consecutive ranges of positions, each within one
+window, a function of the lengths and the settings only, never of the world size) whose
+batches are made of whole **rows**: runs of consecutive positions whose lengths sum to at
+most ``max_length``, except a row of one sample longer than that. A batch holds
+``rows_per_batch`` rows (the last batch of a window may hold fewer).
+
+How, window by window (windows as in :mod:`samplers.tokens.order`):
+
+1. the window's samples, sorted longest first (ties in permutation order), are packed
+   best-fit decreasing: each goes into the open row with the least room that still
+   fits it (the earliest such row on a tie), or opens a new row; a sample longer than
+   ``max_length`` is a row of its own. That is TRL's default packing (``"bfd"``) and
+   the one with the least padding of the usual greedy ones;
+2. the window's positions hold its rows in the order they were opened, each row's
+   samples in the order they went in (longest first), and every ``rows_per_batch``
+   consecutive rows are a batch;
+3. the batches are ordered by cost (under the cost model, summed over each batch's
+   samples), as :class:`~samplers.tokens.order.TokenOrder` orders them.
+
+**The rows can be read back from the lengths alone** (:func:`row_starts`): cutting a
+batch's lengths greedily (a row takes the next sample while the sum stays within
+``max_length``) gives exactly its rows. A row's first sample did not fit into any row
+opened before it when it was placed, and rows only fill up, so it does not fit after
+them; the rest of a row fits with it. That is why a packed batch reaches the DataLoader
+as a flat list of indices and :func:`samplers.tokens.collate.packed_collate` rebuilds
+its rows from the samples' lengths.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import torch
+
+from samplers.plan import Permutation
+from samplers.tokens.cost import TokenCost
+from samplers.tokens.order import MIN_WINDOWS, TokenOrder, length_sum
+
+__all__ = [
+    "WINDOW_ROWS",
+    "PackedOrder",
+    "best_fit_decreasing",
+    "default_packing_window",
+    "row_starts",
+]
+
+#: The default window holds about this many rows' worth of samples at the mean length.
+WINDOW_ROWS = 512
+
+
+def default_packing_window(lengths: torch.Tensor, max_length: int) -> int:
+    """Samples per window: :data:`WINDOW_ROWS` rows at the mean length, at most
+    ``N //`` :data:`~samplers.tokens.order.MIN_WINDOWS` (and at least 1).
+
+    Best-fit leaves room mostly in a window's last few rows, so a window of a few hundred
+    rows packs to within about 1% of full rows; integer arithmetic, the same on every rank.
+    """
+    size = lengths.numel()
+    per_row = max(1, max_length * size // max(length_sum(lengths), 1))
+    return max(1, min(WINDOW_ROWS * per_row, size // MIN_WINDOWS))
+
+
+def best_fit_decreasing(lengths: Sequence[int], max_length: int) -> list[int]:
+    """The row of each of ``lengths`` (sorted longest first), rows numbered in the order
+    they are opened: each length goes into the open row with the least room that fits it
+    (the lowest-numbered on a tie), else opens a row; one longer than ``max_length`` is a
+    row of its own, closed at once."""
+    rows: list[int] = []
+    # Open rows as room * 2**32 + row, sorted: the first key >= length * 2**32 is the best fit.
+    room: list[int] = []
+    opened = 0
+    shift = 1 << 32
+    for length in lengths:
+        at = bisect.bisect_left(room, length * shift)
+        if at < len(room):
+            key = room.pop(at)
+            row = key & (shift - 1)
+            bisect.insort(room, key - length * shift)
+        else:
+            row, opened = opened, opened + 1
+            if length <= max_length:
+                bisect.insort(room, (max_length - length) * shift + row)
+        rows.append(row)
+    return rows
+
+
+def row_starts(lengths: Sequence[int], max_length: int) -> list[int]:
+    """Where the rows of a packed batch begin (indices into ``lengths``): a row takes the
+    next length while the sum stays within ``max_length`` (a longer length alone)."""
+    starts: list[int] = []
+    used = max_length + 1
+    for number, length in enumerate(lengths):
+        if used + length > max_length:
+            starts.append(number)
+            used = 0
+        used += length
+    return starts
+
+
+class PackedOrder(TokenOrder):
+    """An epoch's samples packed into rows of ``max_length`` and batches of
+    ``rows_per_batch`` rows (see the module); ``cost`` orders the batches and must be
+    summed (a packed row holds its samples without padding between them)."""
+
+    def __init__(
+        self,
+        lengths: torch.Tensor,
+        max_length: int,
+        rows_per_batch: int,
+        cost: TokenCost,
+        window: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        epoch: int,
+        permutation: Permutation = "randperm",
+    ) -> None:
+        if cost.kind != "sum":
+            raise ValueError(f"a packed order's cost must be summed, got {cost.label!r}")
+        super().__init__(
+            lengths,
+            max_length * rows_per_batch,
+            cost,
+            window,
+            shuffle=shuffle,
+            seed=seed,
+            epoch=epoch,
+            permutation=permutation,
+        )
+        self.max_length = max_length
+        self.rows_per_batch = rows_per_batch
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedOrder(size={self.size}, max_length={self.max_length}, "
+            f"rows_per_batch={self.rows_per_batch}, cost={self.model.label!r}, "
+            f"window={self.window}, shuffle={self.shuffle}, seed={self.seed}, "
+            f"epoch={self.epoch}, permutation={self.permutation!r})"
+        )
+
+    def _batches(
+        self,
+        indices: torch.Tensor,
+        lengths: torch.Tensor,
+        column: torch.Tensor,
+        local: torch.Tensor,
+        window_end: torch.Tensor,
+        count: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        window = self.window
+        values: list[int] = lengths.tolist()
+        # Each sample's row, numbered across the chunk (a window's rows after the last's).
+        row = torch.empty(count, dtype=torch.int64)
+        opened = 0
+        for low in range(0, count, window):
+            high = min(low + window, count)
+            numbers = best_fit_decreasing(values[low:high], self.max_length)
+            row[low:high] = torch.tensor(numbers, dtype=torch.int64) + opened
+            opened += max(numbers) + 1
+        # Rows in the order they were opened, each row's samples in the order they went in.
+        arranged = torch.argsort(row, stable=True)
+        row = row[arranged]
+        first = torch.ones(count, dtype=torch.bool)
+        first[1:] = row[1:] != row[:-1]
+        starts = torch.nonzero(first).squeeze(1)
+        # Every rows_per_batch rows of a window are a batch.
+        windows = starts // window
+        window_first = torch.ones(starts.numel(), dtype=torch.bool)
+        window_first[1:] = windows[1:] != windows[:-1]
+        first_row = torch.cummax(
+            torch.where(window_first, torch.arange(starts.numel()), 0), dim=0
+        ).values
+        batch_start = (torch.arange(starts.numel()) - first_row) % self.rows_per_batch == 0
+        return (
+            indices[arranged],
+            lengths[arranged],
+            column[arranged],
+            starts[batch_start],
+        )
+
+    def _level_budget(self) -> int:
+        # The costliest batch: every row one sample of max_length (for a cost that is at
+        # least additive; a costlier batch goes to the top level).
+        longest = torch.tensor([self.max_length], dtype=torch.int64)
+        return self.rows_per_batch * int(self.model.sample_costs(longest)[0])
+
+    def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
+        """Cut batches ``[lows, highs)`` between rows, the first part ``ceil(rows / 2)``
+        rows; a batch of one row is cut at ``ceil(n / 2)`` samples (both parts fit)."""
+        cuts = []
+        for low, high in zip(lows.tolist(), highs.tolist(), strict=True):
+            positions = torch.arange(low, high, dtype=torch.int64)
+            values = self.lengths[self.at(positions)].tolist()
+            starts = row_starts(values, self.max_length)
+            if len(starts) >= 2:
+                cuts.append(low + starts[(len(starts) + 1) // 2])
+            else:
+                cuts.append(low + (high - low + 1) // 2)
+        return torch.tensor(cuts, dtype=torch.int64)

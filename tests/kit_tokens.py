@@ -1,0 +1,79 @@
+"""The token samplers under each cost model, and the packed sampler, as the guarantee kit
+builds them (``MODULE:FACTORY`` factories: ``dsampler check kit_tokens:packed_uneven``
+with ``tests`` on the path).
+
+The kit passes ``range(dataset_size)``; the lengths are derived from the dataset size, a
+long-tailed spread from 1 to 300 tokens, so batches and rows hold from one sample to
+dozens.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from samplers import DistributedPackedBatchSampler, DistributedTokenBatchSampler, TokenCost
+
+
+def lengths_of(dataset: Any) -> list[int]:
+    return [(index * 7919) % 300 // (1 + (index % 5)) + 1 for index in range(len(dataset))]
+
+
+def flops(lengths: torch.Tensor) -> torch.Tensor:
+    """A named per-sample cost: linear layers plus attention, in units of 64 tokens."""
+    return (lengths * 64 + lengths * lengths) // 64
+
+
+QUADRATIC = TokenCost("padded", quadratic=32)
+SUMMED = TokenCost("sum", quadratic=32)
+NAMED = TokenCost("padded", per_sample=flops, name="flops")
+
+
+def _tokens(dataset: Any, num_replicas: int, rank: int, seed: int, cost: Any, tail: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return DistributedTokenBatchSampler(
+            lengths_of(dataset), 512, num_replicas, rank, seed=seed, cost=cost, tail=tail
+        )
+
+
+def _packed(dataset: Any, num_replicas: int, rank: int, seed: int, tail: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return DistributedPackedBatchSampler(
+            lengths_of(dataset), 256, 2, num_replicas, rank, seed=seed, cost=SUMMED, tail=tail
+        )
+
+
+def quadratic_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, QUADRATIC, "uneven")
+
+
+def quadratic_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, QUADRATIC, "pad")
+
+
+def summed_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, SUMMED, "uneven")
+
+
+def summed_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, SUMMED, "pad")
+
+
+def named_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, NAMED, "uneven")
+
+
+def named_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _tokens(dataset, num_replicas, rank, seed, NAMED, "pad")
+
+
+def packed_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _packed(dataset, num_replicas, rank, seed, "uneven")
+
+
+def packed_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _packed(dataset, num_replicas, rank, seed, "pad")
