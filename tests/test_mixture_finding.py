@@ -23,7 +23,11 @@ def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
     assert (megatron["largest deviation over all prefixes (samples)"] < 1).all()
     assert (megatron["reweighted: repeats within a pass"].astype(int) > 0).all()
     unsupported = frame["reweighted: repeats within a pass"] == mixtures.NOT_REWEIGHTED
-    assert set(frame.loc[unsupported, "sampler"]) == {mixtures.WEIGHTED, mixtures.STOCK, mixtures.TORCHDATA}
+    assert set(frame.loc[unsupported, "sampler"]) == {
+        mixtures.WEIGHTED,
+        mixtures.STOCK,
+        mixtures.TORCHDATA,
+    }
 
 
 def test_the_measures_on_hand_made_streams() -> None:
