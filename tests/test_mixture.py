@@ -449,3 +449,17 @@ def test_a_state_of_another_mixture_is_refused() -> None:
     del missing["schedule"]
     with pytest.raises(ValueError, match="state field 'schedule' is missing"):
         sampler.load_state_dict(missing)
+
+
+def test_a_large_source_is_permuted_the_same_by_few_draws_and_many() -> None:
+    from samplers.feistel import FeistelPermutation
+    from samplers.mixture.order import FEW, SMALL, source_seed
+
+    size = SMALL + 5
+    order = MixtureOrder((size,), Schedule.of((1,)), 7, True, 0, 10)
+    few = torch.arange(3) * 97
+    many = torch.arange(FEW + 10) * 13 + size  # the second pass
+    for draws in (few, many):
+        expected = FeistelPermutation(size, source_seed(7, 0), int(draws[0]) // size)
+        got = order.within(torch.zeros_like(draws), draws)
+        assert got.tolist() == expected(draws % size).tolist()

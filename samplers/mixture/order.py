@@ -29,10 +29,14 @@ from samplers.feistel import FeistelPermutation, _mix64, _round_function, round_
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
 
-__all__ = ["SMALL", "MixtureOrder", "source_seed"]
+__all__ = ["FEW", "SMALL", "MixtureOrder", "source_seed"]
 
 #: Sources of at most this many samples order their passes by a keyed hash (see above).
 SMALL = 1 << 14
+#: A pass of a larger source evaluated at this many items or fewer is evaluated in pure
+#: Python (``FeistelPermutation.at``, the same values), which costs less than the tensor
+#: path's fixed cost per call.
+FEW = 32
 _MASK64 = (1 << 64) - 1
 _MASK32 = (1 << 32) - 1
 
@@ -115,7 +119,13 @@ class MixtureOrder(Order):
             permuted = torch.empty_like(item)
             for i, number in enumerate(unique.tolist()):
                 chosen = inverse == i
-                permuted[chosen] = FeistelPermutation(size, key, number)(item[chosen])
+                permutation = FeistelPermutation(size, key, number)
+                items = item[chosen]
+                if items.numel() <= FEW:  # pure Python costs less than tensor passes
+                    values = [permutation.at(int(j)) for j in items.tolist()]
+                    permuted[chosen] = torch.tensor(values, dtype=torch.int64)
+                else:
+                    permuted[chosen] = permutation(items)
             result[mask] = permuted
         return result
 

@@ -106,6 +106,7 @@ MODULES: tuple[str, ...] = (
     "frameworks",
     "token_batches",
     "token_costs",
+    "mixtures",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
