@@ -105,6 +105,7 @@ MODULES: tuple[str, ...] = (
     "mesh_sharding",
     "frameworks",
     "token_batches",
+    "engines",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).
