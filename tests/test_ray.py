@@ -69,8 +69,8 @@ def prepared(kind: str, world: int, rank: int, monkeypatch: pytest.MonkeyPatch) 
 KINDS = ("indices", "batches", "tokens", "wrapper")
 
 
-@pytest.mark.parametrize("kind", ["batches", "tokens"])
-def test_ray_prepare_data_loader_refuses_a_batch_sampler_of_ours(kind: str) -> None:
+@pytest.mark.parametrize("kind", ["batches", "tokens", "wrapper"])
+def test_ray_prepare_data_loader_refuses_a_sampler_of_ours_it_would_replace(kind: str) -> None:
     # Without the refusal, Ray rebuilds the loader around a stock sampler of its own.
     with pytest.raises(TypeError, match=r"samplers\.integrations\.ray\.prepare_data_loader"):
         ray.train.torch.prepare_data_loader(built(kind, 2, 0))
