@@ -29,6 +29,7 @@ MODULES = {
     "transformers": "transformers",
     "lightning": "lightning",
     "torchdata": "torchdata",
+    "ray": "ray",
 }
 
 

@@ -15,7 +15,10 @@ missing:
   Lightning's checkpoints carry (extra ``lightning``);
 * :mod:`samplers.integrations.torchdata`: ``sampler_node(sampler)``, the sampler as the
   source node of a ``torchdata.nodes`` pipeline, saved and restored through our state
-  (extra ``torchdata``).
+  (extra ``torchdata``);
+* :mod:`samplers.integrations.ray`: ``prepare_data_loader(loader)``, a loader Ray Train
+  leaves as it is, counting its epochs, whose state ``save_state``/``load_state`` carry
+  through Ray Train's checkpoints (extra ``ray``).
 
 :mod:`samplers.integrations.loop` holds what they share: finding the sampler of ours in a
 loader and its state at the step the training loop reached.

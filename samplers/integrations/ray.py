@@ -20,8 +20,8 @@ training function::
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory))
 
 Importing this module also makes ``ray.train.torch.prepare_data_loader`` refuse, with a
-``TypeError`` naming :func:`prepare_data_loader`, a loader over a batch sampler of ours
-that it would otherwise replace.
+``TypeError`` naming :func:`prepare_data_loader`, a loader over a sampler of ours that it
+would otherwise replace (a batch sampler, or :class:`~samplers.DistributedSamplerWrapper`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from samplers.integrations.loop import (
     framework,
     our_sampler,
 )
+from samplers.wrapper import DistributedSamplerWrapper
 
 try:
     import ray.train
@@ -263,18 +264,20 @@ def load_state(
 
 
 def _refusing(prepare: Any) -> Any:
-    """Ray's ``prepare_data_loader``, refusing a loader over a batch sampler of ours."""
+    """Ray's ``prepare_data_loader``, refusing a loader over a sampler of ours it would
+    replace (a batch sampler, or the wrapper)."""
 
     @functools.wraps(prepare)
     def refusing(data_loader: Any, *args: Any, **kwargs: Any) -> Any:
-        held = getattr(data_loader, "batch_sampler", None)
         add = kwargs.get("add_dist_sampler", args[0] if args else True)
-        if isinstance(held, BATCH_SAMPLERS) and add:
+        held = getattr(data_loader, "batch_sampler", None)
+        if not isinstance(held, BATCH_SAMPLERS):
+            held = getattr(data_loader, "sampler", None)
+        if isinstance(held, (*BATCH_SAMPLERS, DistributedSamplerWrapper)) and add:
             raise TypeError(
                 f"ray.train.torch.prepare_data_loader would replace the loader's "
-                f"{type(held).__name__} with a stock DistributedSampler yielding one sample "
-                "per step, unshuffled; use samplers.integrations.ray.prepare_data_loader("
-                "loader) instead"
+                f"{type(held).__name__} with a stock DistributedSampler of its own; use "
+                "samplers.integrations.ray.prepare_data_loader(loader) instead"
             )
         return prepare(data_loader, *args, **kwargs)
 

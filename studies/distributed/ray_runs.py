@@ -23,7 +23,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,14 +103,16 @@ CASES: tuple[Case, ...] = (
 @dataclass(frozen=True)
 class Seen:
     """What one worker's steps received in one case: ``(epoch, batch)`` before the
-    restart and after it, the error if the case could not be built, and how the restart
-    continued (``"state"``, ``"sampler state"`` or ``"epoch start"``)."""
+    restart and after it, the error if the case failed, how the restart continued
+    (``"state"``, ``"sampler state"`` or ``"epoch start"``), and the class of the sampler
+    the prepared loader drew from."""
 
     rank: int
     before: tuple[tuple[int, tuple[int, ...]], ...]
     after: tuple[tuple[int, tuple[int, ...]], ...]
     error: str | None
     restart: str
+    iterates: str
 
 
 @contextlib.contextmanager
@@ -174,7 +178,8 @@ def observe() -> dict[str, list[Seen]]:
     """Every case's records, per worker, from one run that restarts once (see the module)."""
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as storage:
         with cluster():
-            fit(_cases_loop, {"out": out}, failures=1, storage=storage, name="cases")
+            config = {"out": out, "storage": storage, "name": "cases"}
+            fit(_cases_loop, config, failures=1, storage=storage, name="cases")
         seen: dict[str, list[Seen]] = {}
         for case in CASES:
             ranks = []
@@ -187,6 +192,7 @@ def observe() -> dict[str, list[Seen]]:
                         _batches(record["after"]),
                         record["error"],
                         record["restart"],
+                        record["iterates"],
                     )
                 )
             seen[case.name] = ranks
@@ -219,6 +225,7 @@ def _cases_loop(config: dict[str, Any]) -> None:
         (Path(directory) / "notes.json").write_text(json.dumps(notes))
         saved = Checkpoint.from_directory(directory) if rank == 0 else None
         ray.train.report({"step": CHECKPOINT_STEP}, checkpoint=saved)
+    _await_checkpoint(config)
     raise RuntimeError("a planned failure after the checkpoint (Ray restarts the workers)")
 
 
@@ -227,7 +234,7 @@ def _run_case(case: Case, out: Path, rank: int, notes: dict[str, Any], *, restar
     record: dict[str, Any] = (
         json.loads(path.read_text())
         if restarted
-        else {"before": [], "after": [], "error": None, "restart": ""}
+        else {"before": [], "after": [], "error": None, "restart": "", "iterates": ""}
     )
     if record["error"] is None:
         try:
@@ -239,6 +246,7 @@ def _run_case(case: Case, out: Path, rank: int, notes: dict[str, Any], *, restar
 
 def _train(case: Case, record: dict[str, Any], notes: dict[str, Any], *, restarted: bool) -> None:
     loader, sampler = _prepared(case)
+    record["iterates"] = _iterated(case, loader)
     last = EPOCHS - 1
     if restarted:
         _continue(case, loader, sampler, notes[case.name], record)
@@ -280,6 +288,24 @@ def _continue(
         loader.sampler.set_epoch(epoch)
     for batch in loader:
         record["after"].append((epoch, _indices(batch)))
+
+
+def _iterated(case: Case, loader: Any) -> str:
+    """The sampler the prepared loader draws its batches from: ``"torch <class>"`` or
+    ``"<class> (ours)"``."""
+    if case.ours:
+        held = loader._position.sampler
+    else:
+        inner = getattr(loader, "_dataloader", loader)
+        held = inner.batch_sampler
+        if held is None or type(held).__name__ == "BatchSampler":
+            held = inner.sampler
+    kind = type(held)
+    return (
+        f"torch {kind.__name__}"
+        if kind.__module__.startswith("torch.")
+        else f"{kind.__name__} (ours)"
+    )
 
 
 def _indices(batch: Any) -> list[int]:
@@ -332,3 +358,92 @@ def _arguments(name: str, dataset: Items) -> dict[str, Any]:
         wrapped = DistributedSamplerWrapper(RandomSampler(dataset), tail="uneven")
         return {"batch_size": BATCH_SIZE, "sampler": wrapped}
     raise ValueError(f"name must be one of {sorted(SAMPLERS)}, got {name!r}")
+
+
+# A restart on fewer workers -------------------------------------------------------------
+
+#: Epochs of the run, the step of epoch 1 after which it checkpoints, and the step after
+#: which one worker dies; the workers of the first run and of the restarted one.
+RESIZED_EPOCHS = 3
+RESIZED_CHECKPOINT = (1, 1)
+RESIZED_KILL = (1, 2)
+RESIZED_WORKERS = (3, 2)
+#: Seconds a worker about to fail waits, at most, for Ray's controller to take the
+#: reported checkpoint in (it does when it next polls the workers; a failure before that
+#: loses the checkpoint).
+CHECKPOINT_SETTLE = 120.0
+
+
+def resized(*, storage: str, out: str) -> None:
+    """Train :data:`RESIZED_EPOCHS` epochs of ``DistributedSampler(tail="uneven")`` through
+    :mod:`samplers.integrations.ray` on ``RESIZED_WORKERS[0]`` workers; after step
+    :data:`RESIZED_CHECKPOINT` the workers report a checkpoint of the loader's state, and
+    after step :data:`RESIZED_KILL` the last worker kills its own process, which fails the
+    run. A second ``TorchTrainer`` of the same name and storage on ``RESIZED_WORKERS[1]``
+    workers gets that checkpoint from ``ray.train.get_checkpoint()`` and continues. Each
+    worker appends ``[world size, epoch, step, batch]`` lines to
+    ``out/<world size>-<rank>.jsonl`` (read them with :func:`resized_seen`)."""
+    from ray.train import WorkerGroupError
+
+    first, second = RESIZED_WORKERS
+    config = {"out": out, "storage": storage, "name": "resized"}
+    try:
+        fit(_resized_loop, config, workers=first, storage=storage, name="resized")
+    except WorkerGroupError:
+        pass  # the worker that died
+    else:
+        raise RuntimeError("the first run was to fail: its last worker kills itself")
+    fit(_resized_loop, config, workers=second, storage=storage, name="resized")
+
+
+def resized_seen(out: str) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
+    """``(world size, rank, epoch, step, batch)`` of every step every worker recorded."""
+    seen = []
+    for path in sorted(Path(out).glob("*.jsonl")):
+        rank = int(path.stem.split("-")[1])
+        for line in path.read_text().splitlines():
+            size, epoch, step, batch = json.loads(line)
+            seen.append((size, rank, epoch, step, tuple(batch)))
+    return seen
+
+
+def _resized_loop(config: dict[str, Any]) -> None:
+    import ray.train
+    import torch.distributed as dist
+    from ray.train import Checkpoint
+
+    import samplers.integrations.ray as ours
+
+    context = ray.train.get_context()
+    rank, size = context.get_world_rank(), context.get_world_size()
+    sampler = DistributedSampler(Items(), tail="uneven", **ours.placement())
+    loader = ours.prepare_data_loader(DataLoader(Items(), batch_size=BATCH_SIZE, sampler=sampler))
+    resumed = ours.load_state(loader)
+    path = Path(config["out"]) / f"{size}-{rank}.jsonl"
+    for epoch in range(loader.epoch, RESIZED_EPOCHS):
+        for step, batch in enumerate(loader):
+            with path.open("a") as file:
+                file.write(json.dumps([size, epoch, step, _indices(batch)]) + "\n")
+            dist.all_reduce(torch.zeros(1))  # a collective per step, as DDP's
+            if resumed:
+                continue
+            if (epoch, step) == RESIZED_CHECKPOINT:
+                with tempfile.TemporaryDirectory() as directory:
+                    ours.save_state(directory, loader)
+                    saved = Checkpoint.from_directory(directory) if rank == 0 else None
+                    ray.train.report({"epoch": epoch, "step": step}, checkpoint=saved)
+            if (epoch, step) == RESIZED_KILL and rank == size - 1:
+                _await_checkpoint(config)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _await_checkpoint(config: dict[str, Any]) -> None:
+    """Wait until Ray's controller has recorded a checkpoint of this run (in its snapshot)."""
+    snapshot = Path(config["storage"]) / config["name"] / "checkpoint_manager_snapshot.json"
+    deadline = time.monotonic() + CHECKPOINT_SETTLE
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):  # not written yet, or half written
+            if json.loads(snapshot.read_text()).get("latest_checkpoint_result"):
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"Ray recorded no checkpoint in {snapshot} in {CHECKPOINT_SETTLE:g} s")

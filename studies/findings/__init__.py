@@ -107,6 +107,7 @@ MODULES: tuple[str, ...] = (
     "token_batches",
     "token_costs",
     "mixtures",
+    "engines",
 )
 
 #: Tables with more rows go to CSV files (see :class:`Table`).

@@ -1,0 +1,289 @@
+"""samplers.integrations.ray: in one process, and in real TorchTrainer runs on a local cluster.
+
+The real runs (``@pytest.mark.processes``) start one local Ray cluster per run, shut it
+down whatever happens, and check that no Ray process is left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data.distributed import DistributedSampler as StockSampler
+
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
+
+pytest.importorskip("ray")
+integration = pytest.importorskip("samplers.integrations.ray")
+import ray  # noqa: E402
+import ray.train  # noqa: E402
+import ray.train.torch  # noqa: E402
+
+from studies.distributed import ray_runs  # noqa: E402
+from studies.findings import engines  # noqa: E402
+
+# Ray Data's configuration warns of its own deprecated options when Ray Train imports it.
+pytestmark = pytest.mark.filterwarnings(r"ignore:`use_\w+` is deprecated:DeprecationWarning")
+
+SIZE = 43
+DATASET = list(range(SIZE))
+
+
+def built(kind: str, world: int, rank: int) -> DataLoader[Any]:
+    if kind == "batches":
+        return DataLoader(
+            DATASET, batch_sampler=DistributedBatchSampler(DATASET, 4, world, rank, tail="uneven")
+        )
+    if kind == "tokens":
+        lengths = ray_runs.LENGTHS
+        sampler: Any = DistributedTokenBatchSampler(lengths, 16, world, rank)
+        return DataLoader(DATASET, batch_sampler=sampler)
+    if kind == "wrapper":
+        sampler = DistributedSamplerWrapper(RandomSampler(DATASET), world, rank, tail="uneven")
+    else:
+        sampler = DistributedSampler(DATASET, world, rank, tail="uneven")
+    return DataLoader(DATASET, batch_size=4, sampler=sampler)
+
+
+def prepared(kind: str, world: int, rank: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    place = {"num_replicas": world, "rank": rank}
+    monkeypatch.setattr(integration, "placement", lambda: place)
+    return integration.prepare_data_loader(built(kind, world, rank), move_to_device=False)
+
+
+KINDS = ("indices", "batches", "tokens", "wrapper")
+
+
+@pytest.mark.parametrize("kind", ["batches", "tokens", "wrapper"])
+def test_ray_prepare_data_loader_refuses_a_sampler_of_ours_it_would_replace(kind: str) -> None:
+    # Without the refusal, Ray rebuilds the loader around a stock sampler of its own.
+    with pytest.raises(TypeError, match=r"samplers\.integrations\.ray\.prepare_data_loader"):
+        ray.train.torch.prepare_data_loader(built(kind, 2, 0))
+
+
+def test_ray_prepare_data_loader_refusal_is_installed_once() -> None:
+    import importlib
+
+    refusing = ray.train.torch.prepare_data_loader
+    importlib.reload(integration)
+    assert ray.train.torch.prepare_data_loader is refusing
+    assert not getattr(refusing.__wrapped__, "__dsampler_refusing__", False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prepared_loader_counts_epochs_and_resumes_on_another_world_size(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaders = [prepared(kind, 2, rank, monkeypatch) for rank in range(2)]
+    assert all(isinstance(loader.sampler, StockSampler) for loader in loaders)
+    epochs = []
+    for _ in range(2):
+        assert {loader.epoch for loader in loaders} == {len(epochs)}
+        epochs.append([[i for b in loader for i in b.tolist()] for loader in loaders])
+    for seen in epochs:
+        assert Counter(i for part in seen for i in part) == Counter(DATASET)
+    assert epochs[0] != epochs[1]  # epoch 1 reshuffled without a set_epoch call
+    # Epoch 2: one step, then its state continues on 3 ranks.
+    iterators = [iter(loader) for loader in loaders]
+    first = [next(iterator) for iterator in iterators]
+    state = loaders[0].state_dict()
+    assert state == loaders[1].state_dict()
+    resumed = [prepared(kind, 3, rank, monkeypatch) for rank in range(3)]
+    for loader in resumed:
+        loader.load_state_dict(state)
+        assert loader.epoch == 2
+    rest = [i for loader in resumed for b in loader for i in b.tolist()]
+    seen = [i for b in first for i in b.tolist()] + rest
+    assert Counter(seen) == Counter(DATASET)
+    assert {loader.epoch for loader in resumed} == {3}
+
+
+def test_prepared_loader_takes_the_epoch_set_on_loader_sampler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loader = prepared("batches", 2, 0, monkeypatch)
+    loader.sampler.set_epoch(5)  # as Ray's guide writes it
+    assert loader.epoch == 5
+    list(loader)
+    assert loader.epoch == 6
+    loader._position.sampler.set_epoch(9)  # on the sampler itself
+    list(loader)
+    assert loader.epoch == 10
+
+
+def test_save_and_load_state_through_a_ray_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loader = prepared("indices", 2, 0, monkeypatch)
+    iterator = iter(loader)
+    taken = [next(iterator) for _ in range(2)]
+    integration.save_state(tmp_path, loader)
+    fresh = prepared("indices", 2, 0, monkeypatch)
+    assert integration.load_state(fresh, ray.train.Checkpoint.from_directory(str(tmp_path)))
+    whole = [b.tolist() for b in prepared("indices", 2, 0, monkeypatch)]
+    assert [b.tolist() for b in taken] + [b.tolist() for b in fresh] == whole
+    with pytest.raises(FileNotFoundError, match=r"dsampler-other\.json"):
+        integration.load_state(
+            fresh, ray.train.Checkpoint.from_directory(str(tmp_path)), name="other"
+        )
+
+
+def test_prepare_data_loader_names_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(integration, "placement", lambda: {"num_replicas": 2, "rank": 1})
+    with pytest.raises(ValueError, match=r"rank=0, but this Ray Train worker is rank 1 of 2"):
+        integration.prepare_data_loader(built("indices", 2, 0))
+    with pytest.raises(TypeError, match="it holds RandomSampler"):
+        integration.prepare_data_loader(DataLoader(DATASET, batch_size=4, shuffle=True))
+    with pytest.raises(TypeError, match="loader must come from"):
+        integration.save_state(".", built("indices", 2, 1))
+
+
+def test_prepared_loader_moves_nested_batches() -> None:
+    batch = {"x": torch.zeros(2), "pair": (torch.ones(1), [torch.ones(1)]), "n": 3}
+    moved = integration._moved(batch, torch.device("cpu"))
+    assert moved["n"] == 3 and isinstance(moved["pair"], tuple)
+    assert torch.equal(moved["pair"][1][0], torch.ones(1))
+
+
+# Real TorchTrainer runs --------------------------------------------------------------------
+
+
+def ray_processes(since: float) -> list[str]:
+    """Ray's processes (GCS, raylet, workers) started since ``since``."""
+    found = []
+    for process in psutil.process_iter(["name", "cmdline", "create_time"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        named = process.info["name"] in ("raylet", "gcs_server") or cmdline.startswith("ray::")
+        if named and process.info["create_time"] >= since and process.status() != "zombie":
+            found.append(f"{process.pid} {cmdline[:60]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def observed() -> engines.Observed:
+    started = time.time()
+    result = engines.observe()
+    deadline = time.time() + 30
+    while ray_processes(started) and time.time() < deadline:
+        time.sleep(1)
+    assert ray_processes(started) == []
+    assert not ray.is_initialized()
+    return result
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_our_samplers_through_the_integration_see_every_sample_once_reshuffled(
+    observed: engines.Observed,
+) -> None:
+    table = engines.cases_table(observed.cases)
+    ours = table[table[engines.PREPARED] == engines.OURS]
+    assert len(ours) == 4
+    assert (ours[engines.EXACT] == engines.YES).all()
+    assert (ours[engines.RESHUFFLED] == engines.YES).all()
+    assert ours[engines.ITERATES].str.endswith("(ours)").all()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_a_restart_from_a_ray_checkpoint_continues_exactly(observed: engines.Observed) -> None:
+    last, steps = ray_runs.EPOCHS - 1, ray_runs.CHECKPOINT_STEP
+    for case in ray_runs.CASES:
+        if not case.ours:
+            continue
+        for rank in observed.cases[case.name]:
+            whole = [b for e, b in rank.before if e == last]
+            resumed = [b for e, b in rank.after if e == last]
+            assert rank.restart == "state"
+            assert whole[:steps] + resumed == whole, case.name
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_a_restart_on_fewer_workers_sees_every_sample_exactly_once(
+    observed: engines.Observed,
+) -> None:
+    table = engines.resized_table(observed.resized)
+    assert list(table[engines.EPOCH]) == list(range(ray_runs.RESIZED_EPOCHS))
+    first, second = ray_runs.RESIZED_WORKERS
+    assert list(table[engines.WORLD]) == [str(first), f"{first} then {second}", str(second)]
+    assert (table[engines.EPOCH_NEVER] == 0).all()
+    assert (table[engines.EPOCH_REPEATED] == 0).all()
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_engines_claims_hold_in_a_torch_trainer(observed: engines.Observed) -> None:
+    table = engines.cases_table(observed.cases)
+    resized = engines.resized_table(observed.resized)
+    ray_path = table[table[engines.PREPARED] == engines.RAY].set_index(engines.SAMPLER)
+    samplers = ray_runs.SAMPLERS
+    # Ray replaced our batch samplers and wrapper with a stock sampler of its own; the
+    # batch samplers' loaders failed at their first batch.
+    for name in ("batches", "tokens", "wrapper"):
+        assert ray_path.loc[samplers[name], engines.ITERATES] == "torch DistributedSampler"
+    for name in ("batches", "tokens"):
+        assert ray_path.loc[samplers[name], engines.STARTED].startswith("no: ")
+    assert ray_path.loc[samplers["ours"], engines.ITERATES] == "DistributedSampler (ours)"
+    # Every restart through Ray's path lost or repeated samples; ours' lost the batch
+    # Ray's loader fetched ahead.
+    ran = ray_path[ray_path[engines.STARTED] == engines.YES]
+    assert ((ran[engines.RESTART_NEVER] > 0) | (ran[engines.RESTART_REPEATED] > 0)).all()
+    assert ray_path.loc[samplers["ours"], engines.RESTART_NEVER] > 0
+    ours = table[table[engines.PREPARED] == engines.OURS]
+    assert (ours[engines.RESTART_NEVER] == 0).all() and (ours[engines.RESTART_REPEATED] == 0).all()
+    evidence = engines.evidence(observed)
+    assert evidence.claim == engines.claim(table, resized)
+    assert "replaced 3 of the 4 samplers of ours" in evidence.claim
+    assert "in all 4 loaders" in evidence.claim and "in all 3 epochs" in evidence.claim
+
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "ray.md"
+
+
+def guide_blocks() -> list[str]:
+    """The guide's python blocks that are to run (not preceded by a ``run: no`` line)."""
+    text = GUIDE.read_text()
+    pattern = re.compile(r"(<!-- run: ([^>]*)-->\n)?```python\n(.*?)```", re.DOTALL)
+    return [m.group(3) for m in pattern.finditer(text) if not (m.group(2) or "").startswith("no")]
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(600)
+def test_the_ray_guide_runs(tmp_path: Path) -> None:
+    blocks = guide_blocks()
+    assert len(blocks) == 1
+    started = time.time()
+    script = tmp_path / "guide.py"
+    script.write_text(blocks[0])
+    root = str(GUIDE.parents[2])
+    environment = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=500,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "every sample exactly once in every epoch" in done.stderr
+    deadline = time.time() + 30
+    while ray_processes(started) and time.time() < deadline:
+        time.sleep(1)
+    assert ray_processes(started) == []
