@@ -19,7 +19,8 @@ field. Fields (version 2):
 A sampler whose order depends on more than these (the token sampler's budget, cost and
 window) adds those settings as further fields, which loading also needs to match.
 
-Version 1 states (per-rank counts, written by dsampler 0.1.0) are read and converted.
+Version 1 states (the earlier format: one rank's count in its layout, not a global
+position) are read and converted.
 """
 
 from __future__ import annotations
