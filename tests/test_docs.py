@@ -625,3 +625,27 @@ def test_the_generated_tail_policy_table_is_current(page: Path) -> None:
 def test_readme_tail_table_sits_right_after_the_example() -> None:
     sections = re.findall(r"^## (.+)$", README.read_text(), flags=re.MULTILINE)
     assert sections[sections.index("30-second example") + 1] == "Which sampler and tail policy"
+
+
+# --- sentences that name what the code does -----------------------------------------------
+
+
+def test_the_kit_names_the_extra_that_holds_hypothesis() -> None:
+    import samplers.testing
+
+    (holding,) = [name for name, names in _extras().items() if "hypothesis" in names]
+    assert holding == "study"
+    assert f"``{holding}`` extra (hypothesis" in " ".join(samplers.testing.__doc__.split())
+
+
+def test_the_resume_guide_names_the_state_format_versions() -> None:
+    from samplers.state import STATE_VERSION
+
+    text = " ".join((DOCS / "guides" / "resume.md").read_text().split())
+    assert f"the current format is version {STATE_VERSION}" in text
+    assert "states of version 1" in text
+    assert STATE_VERSION == 2
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    for page in PAGES:  # the package's version is not the state's
+        assert f"dsampler {version.group(1)}" not in page.read_text(), page
