@@ -74,29 +74,31 @@ class Page(HTMLParser):
             if values.get(name) and tag in ("a", "link", "img", "script", "source"):
                 self.references.append(str(values[name]))
 
+    @staticmethod
+    def of(path: Path) -> Page:
+        page = Page()
+        page.feed(path.read_text())
+        return page
+
 
 @functools.cache
-def parsed(path: Path) -> Page:
-    page = Page()
-    page.feed(path.read_text())
-    return page
-
-
-def anchors(path: Path) -> set[str]:
+def anchors(path: Path) -> frozenset[str]:
     """The fragments a link to ``path`` may name (none for a file that is not a page)."""
-    return parsed(path).ids if path.suffix == ".html" else set()
+    return frozenset(Page.of(path).ids if path.suffix == ".html" else ())
 
 
 def pages(site: Path) -> list[Path]:
     return sorted(site.rglob("*.html"))
 
 
-def test_every_internal_link_and_anchor_resolves(site: Path) -> None:
+def broken_links(site: Path) -> tuple[int, list[str]]:
+    """How many internal links and sources the pages under ``site`` hold, and which of
+    them name a missing file or a missing anchor."""
     checked = 0
     broken = []
     site = site.resolve()
     for path in pages(site):
-        for reference in parsed(path).references:
+        for reference in Page.of(path).references:
             url = urlsplit(reference)
             if url.scheme or url.netloc:  # external: not this site's to check
                 continue
@@ -114,8 +116,29 @@ def test_every_internal_link_and_anchor_resolves(site: Path) -> None:
             elif url.fragment and unquote(url.fragment) not in anchors(target):
                 broken.append(f"{where} (no such anchor)")
             checked += 1
+    return checked, broken
+
+
+def test_every_internal_link_and_anchor_resolves(site: Path) -> None:
+    checked, broken = broken_links(site)
     assert broken == []
     assert checked > 1000  # the navigation alone links every page from every page
+
+
+def test_the_link_check_finds_a_missing_page_and_a_missing_anchor(tmp_path: Path) -> None:
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "index.html").write_text('<h2 id="here">Here</h2>')
+    (tmp_path / "index.html").write_text(
+        '<a href="guide/#here">ok</a> <a href="guide/#gone">anchor</a> '
+        '<a href="missing/">page</a> <img src="figure.png"> <a href="https://x.org/#y">out</a>'
+    )
+    checked, broken = broken_links(tmp_path)
+    assert checked == 4
+    assert broken == [
+        "index.html -> guide/#gone (no such anchor)",
+        "index.html -> missing/",
+        "index.html -> figure.png",
+    ]
 
 
 def test_the_site_has_every_page_and_says_how_to_run_it(site: Path) -> None:
@@ -149,10 +172,10 @@ def test_the_api_reference_documents_every_public_name(site: Path) -> None:
     import samplers.testing
 
     for page, module in (("samplers", samplers), ("testing", samplers.testing)):
-        ids = parsed(site / "reference" / page / "index.html").ids
+        ids = Page.of(site / "reference" / page / "index.html").ids
         for name in module.__all__:
             assert f"{module.__name__}.{name}" in ids, (page, name)
-    ids = parsed(site / "reference" / "integrations" / "index.html").ids
+    ids = Page.of(site / "reference" / "integrations" / "index.html").ids
     for name in ("accelerate.prepare_data_loader", "transformers.ShardedTrainer"):
         assert f"samplers.integrations.{name}" in ids, name
     for name in ("lightning.ShardedDataLoader", "torchdata.sampler_node"):
