@@ -56,7 +56,9 @@ def on_config(config: Any) -> Any:
     nav = config["nav"]
     for index, entry in enumerate(nav):
         if isinstance(entry, dict) and STUDY_SECTION in entry:
-            nav[index] = {STUDY_SECTION: [f"{STUDY}/{name}" for name in report_pages()]}
+            index_page, *findings = report_pages()
+            pages = [{"Overview": f"{STUDY}/{index_page}"}, *(f"{STUDY}/{n}" for n in findings)]
+            nav[index] = {STUDY_SECTION: pages}
     return config
 
 
