@@ -162,6 +162,14 @@ def test_every_block_is_python_or_bash_with_a_known_mark() -> None:
             assert block.language == "python" and 2 <= block.processes <= 4, block.id
 
 
+def test_the_torchrun_commands_that_run_rendezvous_on_a_free_port() -> None:
+    # --standalone: a free port on localhost, so parallel runs cannot collide on 29500.
+    for block in BLOCKS:
+        if block.language == "bash" and runnable(block):
+            for line in block.code.splitlines():
+                assert "torchrun" not in line or "--standalone" in line, block.id
+
+
 def test_shown_only_blocks_are_rare_and_never_python() -> None:
     shown = [block for block in DOC_BLOCKS if block.shown_only]
     assert [block.id for block in shown if block.language == "python"] == []
