@@ -657,3 +657,11 @@ def test_the_resume_guide_names_the_state_format_versions() -> None:
     assert version is not None
     for page in PAGES:  # the package's version is not the state's
         assert f"dsampler {version.group(1)}" not in page.read_text(), page
+
+
+def test_the_first_example_is_the_same_everywhere_it_is_shown() -> None:
+    readme = [b.code for b in BLOCKS if b.name == "readme-first-run"]
+    started = [b.code for b in BLOCKS if b.name == "first-run"]
+    home = [b.code for b in BLOCKS if b.page == DOCS / "index.md" and b.language == "python"]
+    assert len(readme) == len(started) == len(home) == 1
+    assert readme == started == home
