@@ -40,7 +40,7 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
     * bad arguments fail as early as they can be seen, with an error naming the argument
       and its value, always an instance of the exception type the stock sampler raises
       for the same bad argument (later, or with a misleading message; with several bad
-      arguments at once the first one checked may differ): see ``README.md``;
+      arguments at once the first one checked may differ): see ``docs/guides/drop-in.md``;
     * ``drop_last=True`` with fewer samples than replicas warns, because every rank
       then receives nothing, and so does a dataset whose length changed after the
       sampler was built (the stock sampler silently pads from the stale sizes);

@@ -473,6 +473,22 @@ def test_version_comes_from_the_installed_metadata(capsys: pytest.CaptureFixture
     assert out == f"dsampler {version('dsampler')}\n"
 
 
+def test_version_answers_without_the_study_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import studies.console
+    from studies.extras import MissingExtra
+
+    def missing(extra: str) -> None:
+        raise MissingExtra(["pandas"], [extra])
+
+    monkeypatch.setattr(studies.console, "require", missing)
+    assert studies.console.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"dsampler {version('dsampler')}\n"
+    assert studies.console.main(["--help"]) == 1  # the rest still needs the extra
+    assert "study extra" in capsys.readouterr().err
+
+
 def test_negative_seeds_run_like_the_sampler(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, *BASE, "--seed", "-2", "--format", "json")
     assert (code, err) == (0, "")

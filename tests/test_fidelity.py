@@ -12,7 +12,7 @@ Each row states what must happen:
 ``ours-rejects``
     The stock sampler accepts it silently (and usually does something else than the
     caller meant); ours raises a ``TypeError``/``ValueError`` naming the argument. Each is
-    listed in the README as a deliberate difference.
+    listed in docs/guides/drop-in.md as a deliberate difference.
 ``ours-accepts``
     The stock sampler fails on it when shuffling (numpy and tensor integers reach
     ``manual_seed``, which rejects them); ours accepts it and yields what the stock

@@ -455,15 +455,6 @@ def test_the_matrix_keeps_every_column_in_order() -> None:
     assert exactly_once == "[violated](#where-exactly-once-fails): N=1 W=2 B=1"
 
 
-def test_the_readme_kit_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "testing" in b]
-    assert len(blocks) == 1
-    exec(compile(blocks[0], "README.md", "exec"), {})
-    out = capsys.readouterr().out
-    assert "exactly-once" in out and "resumes-other-world-size" in out
-
-
 def test_cli_table_shows_what_the_search_skipped(capsys: pytest.CaptureFixture[str]) -> None:
     main(["check", "kit_crashing:crashing"])
     out = capsys.readouterr().out

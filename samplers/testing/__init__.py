@@ -1,8 +1,8 @@
 """Check any distributed sampler against the guarantees this project's samplers give.
 
 Import it explicitly (``import samplers.testing``); ``import samplers`` does not, and the
-search (:func:`check`) needs the ``test`` extra (hypothesis) and the ``study`` extra
-(pandas), imported only when it runs.
+search (:func:`check`) needs the ``study`` extra (hypothesis and pandas), imported only
+when it runs.
 
 A *factory* is a callable taking the keyword arguments ``dataset``, ``num_replicas``,
 ``rank``, ``seed`` and ``batch_size`` (it is passed only those its signature names, or
