@@ -19,11 +19,13 @@ configuration; call them from your own tests. :func:`check` searches configurati
 each guarantee with hypothesis and reports the smallest counterexample it shrinks to.
 
 Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
-registered once), :mod:`~samplers.testing.epochs` and :mod:`~samplers.testing.resumes`
-(the checks), :mod:`~samplers.testing.mixtures` (the guarantees of samplers that mix
-datasets by weight, and their search), :mod:`~samplers.testing.running` (building and
-running a factory's samplers), :mod:`~samplers.testing.factories` (factories by name,
-and the fresh-process comparison) and :mod:`~samplers.testing.search` (the search).
+registered once), :mod:`~samplers.testing.epochs`, :mod:`~samplers.testing.resumes` and
+:mod:`~samplers.testing.states` (the checks), :mod:`~samplers.testing.mixtures` (the
+guarantees of samplers that mix datasets by weight, and their search),
+:mod:`~samplers.testing.running` (building and running a factory's samplers, within a time
+limit and a bound on what an iteration may yield), :mod:`~samplers.testing.factories`
+(factories by name, and the fresh-process comparison) and :mod:`~samplers.testing.search`
+(the search).
 
 Example::
 
