@@ -18,6 +18,13 @@ attention term is lhotse's quadratic cost with ``q = 1 / per_square``
   "batch_rebalance"``), each step ``W x`` ours' mean samples per batch, one
   micro-batch per rank per step (``grad_accum=1``), its defaults otherwise (optional
   peer: skipped without transformers);
+* ``trainer-grouped``: the Hugging Face Trainer's ``group_by_length`` path, reassembled
+  from its parts: transformers' ``LengthGroupedSampler`` (the global batch size, drawn
+  from the global RNG, seeded ``seed + epoch`` on every rank as ``set_seed`` does),
+  batched by torch's ``BatchSampler`` and sharded by accelerate's ``BatchSamplerShard``
+  (``even_batches=True``, what ``Trainer`` + ``accelerate.prepare`` use), batches of
+  ours' mean samples per batch (optional peer: skipped without transformers and
+  accelerate);
 * ``lhotse``, ``lhotse-quadratic``: lhotse's ``DynamicBucketingSampler`` with durations
   = tokens, ``max_duration=max_tokens`` (a sum of durations, not a padded cost), its
   ``world_size``/``rank`` and ``sync_buckets=True``, ``drop_last=False``; the quadratic
@@ -169,6 +176,36 @@ def _rebalance(
     return shares
 
 
+def _trainer_grouped(
+    lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+) -> Shares | None:
+    import importlib.util
+
+    if any(importlib.util.find_spec(name) is None for name in ("transformers", "accelerate")):
+        return None
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    ours = _epoch("padded", lengths, world, 0, seed, max_tokens, context)
+    batches = [batch for share in ours for batch in share]
+    per_batch = max(1, round(sum(map(len, batches)) / len(batches)))
+    values = lengths.tolist()
+    shares = []
+    for rank in range(world):
+        grouped = LengthGroupedSampler(per_batch, lengths=values)
+        shard = BatchSamplerShard(
+            BatchSampler(grouped, per_batch, drop_last=False), world, rank, even_batches=True
+        )
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed + epoch)
+        try:
+            shares.append([list(batch) for batch in shard])
+        finally:
+            torch.random.set_rng_state(state)
+    return shares
+
+
 def _lhotse_sampler(
     lengths: torch.Tensor,
     world: int,
@@ -254,6 +291,7 @@ SAMPLERS: dict[str, Callable[..., Shares | None]] = {
         for key in ("padded", "quadratic", "packed", "fixed")
     },
     "rebalance": _rebalance,
+    "trainer-grouped": _trainer_grouped,
     "lhotse": _lhotse(quadratic=False),
     "lhotse-quadratic": _lhotse(quadratic=True),
     "trl-bfd": _trl_bfd,

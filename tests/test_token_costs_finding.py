@@ -37,6 +37,8 @@ def test_the_claim_holds_in_the_tables(table) -> None:
     assert (rebalance["resumed elsewhere, each sample once"] == "no state").all()
     assert (trl["samples repeated"] > 0).all()
     assert (packed[weighted] < trl[weighted]).all()
+    grouped = rows(table, "trainer-grouped")
+    assert (grouped["batches over its limit"] > 0).all()
     lhotse = rows(table, "lhotse")
     assert lhotse["resumed elsewhere, each sample once"].str.startswith("refused").all()
     fixed = rows(table, "fixed")

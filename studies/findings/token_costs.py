@@ -37,6 +37,7 @@ NAMES = {
     "packed": f"ours, packed rows of {CONTEXT:,}",
     "fixed": f"stock DistributedSampler, batches of {ROWS}",
     "rebalance": "transformers BatchRebalanceSampler",
+    "trainer-grouped": "Trainer group_by_length (LengthGroupedSampler + accelerate)",
     "lhotse": "lhotse DynamicBucketingSampler",
     "lhotse-quadratic": f"lhotse DynamicBucketingSampler, quadratic_duration={QUADRATIC}",
     "trl-bfd": "TRL-style global BFD (reimplemented), stock sampler over rows",
@@ -47,6 +48,7 @@ LIMITS = {
     "packed": f"{ROWS} rows of <= {CONTEXT:,} tokens",
     "fixed": f"{ROWS} samples (<= {MAX_TOKENS:,} padded)",
     "rebalance": f"none (counted: count x longest > {MAX_TOKENS:,})",
+    "trainer-grouped": f"none (counted: count x longest > {MAX_TOKENS:,})",
     "lhotse": f"sum <= {MAX_TOKENS:,} (counted: count x longest > {MAX_TOKENS:,})",
     "lhotse-quadratic": (
         f"sum of (d + d²/{QUADRATIC}) <= {quadratic_budget(MAX_TOKENS, CONTEXT):,} (counted: "
@@ -190,6 +192,18 @@ def _anchors(table: pd.DataFrame, packed: pd.DataFrame) -> str:
         )
     else:
         text += "\n\ntransformers is not installed: its BatchRebalanceSampler was not measured."
+    if NAMES["trainer-grouped"] in set(table["sampler"]):
+        grouped = _of("trainer-grouped", table)
+        text += (
+            " The Trainer's group_by_length path (LengthGroupedSampler over the global "
+            "batch, sharded by accelerate, the same batch size): efficiency "
+            f"{_range(grouped['efficiency'], '.3f')}, straggler ratios "
+            f"{_range(grouped['straggler ratio, tokens'], '.3f')} in tokens and "
+            f"{_range(grouped['straggler ratio, with attention'], '.3f')} with attention, "
+            f"{_range(grouped['batches over its limit'], 'g')} batches over max_tokens, "
+            f"{_range(grouped['samples repeated'], 'g')} samples repeated (accelerate's even "
+            "batches), no state of its own."
+        )
     if NAMES["lhotse"] in set(table["sampler"]):
         plain, squared = _of("lhotse", table), _of("lhotse-quadratic", table)
         equal = int((plain["equal batch counts"] == "yes").sum())
