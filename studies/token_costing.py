@@ -18,6 +18,18 @@ attention term is lhotse's quadratic cost with ``q = 1 / per_square``
   "batch_rebalance"``), each step ``W x`` ours' mean samples per batch, one
   micro-batch per rank per step (``grad_accum=1``), its defaults otherwise (optional
   peer: skipped without transformers);
+* ``trainer-grouped``: the Hugging Face Trainer's ``group_by_length`` path, reassembled
+  from its parts: transformers' ``LengthGroupedSampler`` (the global batch size, drawn
+  from the global RNG, seeded ``seed + epoch`` on every rank as ``set_seed`` does),
+  batched by torch's ``BatchSampler`` and sharded by accelerate's ``BatchSamplerShard``
+  (``even_batches=True``, what ``Trainer`` + ``accelerate.prepare`` use), batches of
+  ours' mean samples per batch (optional peer: skipped without transformers and
+  accelerate);
+* ``lhotse``, ``lhotse-quadratic``: lhotse's ``DynamicBucketingSampler`` with durations
+  = tokens, ``max_duration=max_tokens`` (a sum of durations, not a padded cost), its
+  ``world_size``/``rank`` and ``sync_buckets=True``, ``drop_last=False``; the quadratic
+  one with ``quadratic_duration=QUADRATIC`` and the quadratic budget (optional peer:
+  skipped without lhotse);
 * ``trl-bfd``: TRL's ``pack_dataset(strategy="bfd")`` as a reimplementation written here
   from its idea (not TRL's code): the whole dataset packed best-fit decreasing into rows
   of the context length, the rows then served as a dataset by torch's
@@ -164,6 +176,114 @@ def _rebalance(
     return shares
 
 
+def _trainer_grouped(
+    lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+) -> Shares | None:
+    import importlib.util
+
+    if any(importlib.util.find_spec(name) is None for name in ("transformers", "accelerate")):
+        return None
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    ours = _epoch("padded", lengths, world, 0, seed, max_tokens, context)
+    batches = [batch for share in ours for batch in share]
+    per_batch = max(1, round(sum(map(len, batches)) / len(batches)))
+    values = lengths.tolist()
+    shares = []
+    for rank in range(world):
+        grouped = LengthGroupedSampler(per_batch, lengths=values)
+        shard = BatchSamplerShard(
+            BatchSampler(grouped, per_batch, drop_last=False), world, rank, even_batches=True
+        )
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed + epoch)
+        try:
+            shares.append([list(batch) for batch in shard])
+        finally:
+            torch.random.set_rng_state(state)
+    return shares
+
+
+def _lhotse_sampler(
+    lengths: torch.Tensor,
+    world: int,
+    rank: int,
+    seed: int,
+    max_tokens: int,
+    context: int,
+    quadratic: bool,
+) -> Any:
+    from lhotse import CutSet, MonoCut
+    from lhotse.dataset import DynamicBucketingSampler
+
+    cuts = CutSet.from_cuts(
+        MonoCut(id=str(i), start=0, duration=float(d), channel=0)
+        for i, d in enumerate(lengths.tolist())
+    )
+    budget = quadratic_budget(max_tokens, context) if quadratic else max_tokens
+    return _quiet(
+        lambda: DynamicBucketingSampler(
+            cuts,
+            max_duration=budget,
+            quadratic_duration=QUADRATIC if quadratic else None,
+            shuffle=True,
+            seed=seed,
+            world_size=world,
+            rank=rank,
+            sync_buckets=True,
+            drop_last=False,
+        )
+    )
+
+
+def _lhotse(quadratic: bool) -> Callable[..., Shares | None]:
+    def run(
+        lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+    ) -> Shares | None:
+        import importlib.util
+
+        if importlib.util.find_spec("lhotse") is None:
+            return None
+        shares = []
+        for rank in range(world):
+            sampler = _lhotse_sampler(lengths, world, rank, seed, max_tokens, context, quadratic)
+            sampler.set_epoch(epoch)
+            # lhotse names a cut it hands out again "<id>_dup<k>".
+            shares.append(
+                [[int(cut.id.split("_dup")[0]) for cut in batch] for batch in _listed(sampler)]
+            )
+        return shares
+
+    return run
+
+
+def _lhotse_resume(
+    key: str,
+    lengths: torch.Tensor,
+    world: int,
+    other: int,
+    seed: int,
+    max_tokens: int,
+    context: int,
+) -> str:
+    """What lhotse does with a state of ``world`` ranks loaded on ``other``: ``refused``
+    with the start of its error, or the exactly-once outcome."""
+    quadratic = key == "lhotse-quadratic"
+    saver = _lhotse_sampler(lengths, world, 0, seed, max_tokens, context, quadratic)
+    iterator = iter(saver)
+    next(iterator)
+    state = saver.state_dict()
+    loader = _lhotse_sampler(lengths, other, 0, seed, max_tokens, context, quadratic)
+    try:
+        loader.load_state_dict(state)
+    except Exception as error:  # lhotse asserts the same world size
+        first = str(error).split("(")[0].strip()
+        return f"refused ({type(error).__name__}: {first})"
+    return "loaded"
+
+
 #: The samplers by key: ``(lengths, world, epoch, seed, max_tokens, context) -> shares``.
 SAMPLERS: dict[str, Callable[..., Shares | None]] = {
     **{
@@ -171,6 +291,9 @@ SAMPLERS: dict[str, Callable[..., Shares | None]] = {
         for key in ("padded", "quadratic", "packed", "fixed")
     },
     "rebalance": _rebalance,
+    "trainer-grouped": _trainer_grouped,
+    "lhotse": _lhotse(quadratic=False),
+    "lhotse-quadratic": _lhotse(quadratic=True),
     "trl-bfd": _trl_bfd,
 }
 #: Samplers measured as packed rows of the context length.
@@ -189,6 +312,8 @@ def resumes_elsewhere(
     """``"yes"`` when an epoch stopped at half its steps on ``world`` ranks and resumed on
     ``other`` ranks sees every sample exactly once, ``"no"`` otherwise, ``"no state"`` for
     a sampler without one."""
+    if key.startswith("lhotse"):
+        return _lhotse_resume(key, lengths, world, other, seed, max_tokens, context)
     if key not in ("padded", "quadratic", "packed"):
         return "no state"
     first = [_build(key, lengths, world, rank, seed, max_tokens, context) for rank in range(world)]
@@ -242,7 +367,7 @@ def measure(
             done, attention, beyond = _processed(key, values, batch, context)
             real += sum(values[i] for i in batch)
             processed += done
-            if key == "quadratic":
+            if key in ("quadratic", "lhotse-quadratic"):
                 beyond = len(batch) > 1 and done + attention > quadratic
             elif key not in PACKED:
                 beyond = len(batch) > 1 and done > max_tokens

@@ -305,3 +305,21 @@ def test_packing_fills_at_least_98_percent_of_the_rows(data: str) -> None:
             rows += len(rows_of(values, batch, CONTEXT_ROWS[0]))
             real += sum(values[i] for i in batch)
     assert real / (rows * CONTEXT_ROWS[0]) >= 0.98
+
+
+def test_a_row_longer_than_max_length_widens_the_rows() -> None:
+    packed = packed_collate([[1] * 12, [2] * 3], 10, pad_id=-1)
+    assert packed["input_ids"].shape == (2, 12)
+    assert packed["cu_seqlens"].tolist() == [0, 12, 15, 24]
+    assert packed["row_starts"].tolist() == [0, 1]
+
+
+def test_a_packed_sampler_pickles_without_its_plans() -> None:
+    import pickle
+
+    sampler = build(list(range(1, 300)), 512, 3, 2, 1, cost=TokenCost("sum", quadratic=16))
+    first = list(sampler)
+    copy = pickle.loads(pickle.dumps(sampler))
+    copy.set_epoch(0)
+    assert list(copy) == first
+    assert repr(copy).startswith("DistributedPackedBatchSampler(dataset length=299, max_length=512")

@@ -37,6 +37,9 @@ NAMES = {
     "packed": f"ours, packed rows of {CONTEXT:,}",
     "fixed": f"stock DistributedSampler, batches of {ROWS}",
     "rebalance": "transformers BatchRebalanceSampler",
+    "trainer-grouped": "Trainer group_by_length (LengthGroupedSampler + accelerate)",
+    "lhotse": "lhotse DynamicBucketingSampler",
+    "lhotse-quadratic": f"lhotse DynamicBucketingSampler, quadratic_duration={QUADRATIC}",
     "trl-bfd": "TRL-style global BFD (reimplemented), stock sampler over rows",
 }
 LIMITS = {
@@ -45,6 +48,12 @@ LIMITS = {
     "packed": f"{ROWS} rows of <= {CONTEXT:,} tokens",
     "fixed": f"{ROWS} samples (<= {MAX_TOKENS:,} padded)",
     "rebalance": f"none (counted: count x longest > {MAX_TOKENS:,})",
+    "trainer-grouped": f"none (counted: count x longest > {MAX_TOKENS:,})",
+    "lhotse": f"sum <= {MAX_TOKENS:,} (counted: count x longest > {MAX_TOKENS:,})",
+    "lhotse-quadratic": (
+        f"sum of (d + d²/{QUADRATIC}) <= {quadratic_budget(MAX_TOKENS, CONTEXT):,} (counted: "
+        "padded, as ours)"
+    ),
     "trl-bfd": f"{ROWS} rows of <= {CONTEXT:,} tokens",
 }
 #: Packing efficiency the packed sampler must reach on both distributions.
@@ -183,6 +192,40 @@ def _anchors(table: pd.DataFrame, packed: pd.DataFrame) -> str:
         )
     else:
         text += "\n\ntransformers is not installed: its BatchRebalanceSampler was not measured."
+    if NAMES["trainer-grouped"] in set(table["sampler"]):
+        grouped = _of("trainer-grouped", table)
+        text += (
+            " The Trainer's group_by_length path (LengthGroupedSampler over the global "
+            "batch, sharded by accelerate, the same batch size): efficiency "
+            f"{_range(grouped['efficiency'], '.3f')}, straggler ratios "
+            f"{_range(grouped['straggler ratio, tokens'], '.3f')} in tokens and "
+            f"{_range(grouped['straggler ratio, with attention'], '.3f')} with attention, "
+            f"{_range(grouped['batches over its limit'], 'g')} batches over max_tokens, "
+            f"{_range(grouped['samples repeated'], 'g')} samples repeated (accelerate's even "
+            "batches), no state of its own."
+        )
+    if NAMES["lhotse"] in set(table["sampler"]):
+        plain, squared = _of("lhotse", table), _of("lhotse-quadratic", table)
+        equal = int((plain["equal batch counts"] == "yes").sum())
+        text += (
+            "\n\nlhotse's DynamicBucketingSampler (durations = tokens, max_duration = "
+            "max_tokens, a sum of durations rather than a padded cost, synchronised buckets) "
+            f"had an efficiency of {_range(plain['efficiency'], '.3f')}, straggler ratios of "
+            f"{_range(plain['straggler ratio, tokens'], '.3f')} in tokens and "
+            f"{_range(plain['straggler ratio, with attention'], '.3f')} with attention, "
+            f"{_range(plain['batches over its limit'], 'g')} batches whose padded cost "
+            "exceeded max_tokens, equal steps in "
+            f"{count_of(equal, len(plain), 'configurations')}, "
+            f"{_range(plain['samples repeated'], 'g')} samples repeated and "
+            f"{_range(plain['samples not seen'], 'g')} not seen; with quadratic_duration="
+            f"{QUADRATIC} and the quadratic budget, straggler ratio with attention "
+            f"{_range(squared['straggler ratio, with attention'], '.3f')}. A state loaded "
+            "on another world size: "
+            + ", ".join(sorted(set(plain["resumed elsewhere, each sample once"])))
+            + "."
+        )
+    else:
+        text += "\n\nlhotse is not installed: its DynamicBucketingSampler was not measured."
     trl = _of("trl-bfd", table)
     tighter = (trl["efficiency"] > packed["efficiency"]).sum()
     steadier = (
@@ -204,6 +247,31 @@ def _anchors(table: pd.DataFrame, packed: pd.DataFrame) -> str:
     return text
 
 
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per sampler: each measure's range over the configurations."""
+    rows = []
+    for sampler, group in table.groupby("sampler", sort=False):
+        rows.append(
+            {
+                "sampler": sampler,
+                "steps": _range(group["steps"], "g"),
+                "efficiency": _range(group["efficiency"], ".3f"),
+                "straggler ratio, tokens": _range(group["straggler ratio, tokens"], ".3f"),
+                "straggler ratio, with attention": _range(
+                    group["straggler ratio, with attention"], ".3f"
+                ),
+                "batches over its limit": _range(group["batches over its limit"], "g"),
+                "equal batch counts": ", ".join(sorted(set(group["equal batch counts"]))),
+                "samples repeated": _range(group["samples repeated"], "g"),
+                "samples not seen": _range(group["samples not seen"], "g"),
+                "resumed elsewhere, each sample once": ", ".join(
+                    sorted(set(group["resumed elsewhere, each sample once"]))
+                ),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def build() -> Evidence:
     table = compare()
     return Evidence(
@@ -214,6 +282,8 @@ def build() -> Evidence:
                 "One epoch per sampler, side by side",
                 table,
                 floatfmt=".3f",
+                name="runs",
+                summary=summary(table),
                 note=(
                     f"Seed {SEED}, epoch 0; max_tokens={MAX_TOKENS:,}; lengths truncated to "
                     f"{CONTEXT:,} tokens; resumed on world size // 2 + 1 ranks from a state "
