@@ -6,6 +6,7 @@ down whatever happens, and check that no Ray process is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -169,8 +170,11 @@ def ray_processes(since: float) -> list[str]:
     for process in psutil.process_iter(["name", "cmdline", "create_time"]):
         cmdline = " ".join(process.info["cmdline"] or [])
         named = process.info["name"] in ("raylet", "gcs_server") or cmdline.startswith("ray::")
-        if named and process.info["create_time"] >= since and process.status() != "zombie":
-            found.append(f"{process.pid} {cmdline[:60]}")
+        if not named or process.info["create_time"] < since:
+            continue
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{process.pid} {cmdline[:60]}")
     return found
 
 
@@ -251,6 +255,28 @@ def test_engines_claims_hold_in_a_torch_trainer(observed: engines.Observed) -> N
     assert evidence.claim == engines.claim(table, resized)
     assert "replaced 3 of the 4 samplers of ours" in evidence.claim
     assert "in all 4 loaders" in evidence.claim and "in all 3 epochs" in evidence.claim
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_elastic_training_that_loses_a_node_sees_every_sample_exactly_once(
+    tmp_path: Path,
+) -> None:
+    started = time.time()
+    out, storage = tmp_path / "out", tmp_path / "storage"
+    out.mkdir()
+    storage.mkdir()
+    result = ray_runs.elastic(out=str(out), storage=str(storage))
+    assert result.error is None
+    table = engines.resized_table(ray_runs.resized_seen(str(out)))
+    first, second = ray_runs.RESIZED_WORKERS
+    assert list(table[engines.WORLD]) == [str(first), f"{first} then {second}", str(second)]
+    assert (table[engines.EPOCH_NEVER] == 0).all()
+    assert (table[engines.EPOCH_REPEATED] == 0).all()
+    deadline = time.time() + 30
+    while ray_processes(started) and time.time() < deadline:
+        time.sleep(1)
+    assert ray_processes(started) == []
 
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "ray.md"

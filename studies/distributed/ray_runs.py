@@ -55,7 +55,10 @@ __all__ = [
     "Items",
     "Seen",
     "cluster",
+    "elastic",
     "observe",
+    "resized",
+    "resized_seen",
 ]
 
 DATASET_SIZE = 43
@@ -408,6 +411,7 @@ def resized_seen(out: str) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
 
 
 def _resized_loop(config: dict[str, Any]) -> None:
+    import ray
     import ray.train
     import torch.distributed as dist
     from ray.train import Checkpoint
@@ -434,6 +438,10 @@ def _resized_loop(config: dict[str, Any]) -> None:
                     ray.train.report({"epoch": epoch, "step": step}, checkpoint=saved)
             if (epoch, step) == RESIZED_KILL and rank == size - 1:
                 _await_checkpoint(config)
+                if config.get("remove"):  # the driver removes this node, and this worker
+                    node = ray.get_runtime_context().get_node_id()
+                    (Path(config["out"]) / "remove-node").write_text(node)
+                    time.sleep(CHECKPOINT_SETTLE)
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -447,3 +455,73 @@ def _await_checkpoint(config: dict[str, Any]) -> None:
                 return
         time.sleep(0.2)
     raise TimeoutError(f"Ray recorded no checkpoint in {snapshot} in {CHECKPOINT_SETTLE:g} s")
+
+
+# Elastic training on a cluster that loses a node -------------------------------------------
+
+
+def elastic(*, out: str, storage: str, timeout: float = 600.0) -> Any:
+    """The run of :func:`resized`, elastic: one ``TorchTrainer`` with
+    ``ScalingConfig(num_workers=(RESIZED_WORKERS[1], RESIZED_WORKERS[0]))`` on a local
+    cluster of that many nodes of one CPU each (``ray.cluster_utils.Cluster``, a head
+    without CPUs). After step :data:`RESIZED_KILL` the last worker asks for its node to go,
+    and the node is removed with the worker on it; Ray restarts the group on the nodes
+    left, from the checkpoint. The cluster is shut down whatever happens; returns the
+    run's result (records as for :func:`resized`)."""
+    import threading
+
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    fewest, most = RESIZED_WORKERS[1], RESIZED_WORKERS[0]
+    config = {"out": out, "storage": storage, "name": "elastic", "remove": True}
+    signal_file = Path(out) / "remove-node"
+    done: dict[str, Any] = {}
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(most)]
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
+        trainer = TorchTrainer(
+            _resized_loop,
+            train_loop_config=config,
+            scaling_config=ScalingConfig(
+                num_workers=cast(Any, (fewest, most)), resources_per_worker={"CPU": 1}
+            ),
+            run_config=RunConfig(
+                name="elastic", storage_path=storage, failure_config=FailureConfig(max_failures=1)
+            ),
+        )
+
+        def run() -> None:
+            try:
+                done["result"] = trainer.fit()
+            except Exception as error:  # raised in the caller below
+                done["error"] = error
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while thread.is_alive() and not signal_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if signal_file.exists():
+            node = signal_file.read_text()
+            cluster.remove_node(next(n for n in nodes if n.node_id == node))
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            raise TimeoutError(f"the elastic run did not finish in {timeout:g} s")
+        if "error" in done:
+            raise done["error"]
+        return done["result"]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if path:
+            os.environ["PYTHONPATH"] = path
+        else:
+            os.environ.pop("PYTHONPATH", None)
