@@ -38,6 +38,10 @@ HOLDERS = {
     "deterministic": kit_samplers.ours_uneven,
     "resumes-same-world-size": kit_samplers.ours_batches_pad,
     "resumes-other-world-size": kit_samplers.ours_uneven,
+    "state-read-concurrently": kit_samplers.ours_tokens,
+    "second-iterator": kit_samplers.ours_uneven,
+    "loader-epochs": kit_samplers.ours_auto_epoch,
+    "bool-like-attributes": kit_samplers.ours_uneven,
 }
 
 
@@ -66,6 +70,10 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
             "deterministic",
             "resumes-same-world-size",
             "resumes-other-world-size",
+            "state-read-concurrently",
+            "second-iterator",
+            "loader-epochs",
+            "bool-like-attributes",
         ]
     )
 

@@ -18,10 +18,11 @@ configuration; call them from your own tests. :func:`check` searches configurati
 each guarantee with hypothesis and reports the smallest counterexample it shrinks to.
 
 Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
-registered once), :mod:`~samplers.testing.epochs` and :mod:`~samplers.testing.resumes`
-(the checks), :mod:`~samplers.testing.running` (building and running a factory's
-samplers), :mod:`~samplers.testing.factories` (factories by name, and the fresh-process
-comparison) and :mod:`~samplers.testing.search` (the search).
+registered once), :mod:`~samplers.testing.epochs`, :mod:`~samplers.testing.resumes` and
+:mod:`~samplers.testing.usage` (the checks), :mod:`~samplers.testing.running`
+(building and running a factory's samplers), :mod:`~samplers.testing.factories`
+(factories by name, and the fresh-process comparison) and :mod:`~samplers.testing.search`
+(the search).
 
 Example::
 
@@ -75,6 +76,12 @@ from samplers.testing.search import (
     check_all,
     check_guarantee,
 )
+from samplers.testing.usage import (
+    bool_like_attributes,
+    loader_epochs,
+    second_iterator,
+    state_read_concurrently,
+)
 
 __all__ = [
     "ARGUMENTS",
@@ -94,6 +101,7 @@ __all__ = [
     "TimedOut",
     "Unsupported",
     "Violation",
+    "bool_like_attributes",
     "check",
     "check_all",
     "check_guarantee",
@@ -108,11 +116,14 @@ __all__ = [
     "handles_every_size",
     "len_matches_iteration",
     "load_factory",
+    "loader_epochs",
     "no_tiny_batch",
     "reference",
     "reshuffles_with_set_epoch",
     "resumes_other_world_size",
     "resumes_same_world_size",
+    "second_iterator",
     "seed_changes_order",
+    "state_read_concurrently",
     "validated",
 ]
