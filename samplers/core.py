@@ -156,6 +156,7 @@ class SamplerCore(ABC):
         book_before, epoch_before = self._book.copy(), checks.epoch(self.epoch)
         # Bool-likes written as attributes (numpy.True_, 1) count as what they mean.
         shuffle = checks.as_flag("shuffle", self.shuffle)
+        self._book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
         try:
             epoch, start = self._book.begin(
                 epoch_before, checks.seed(self.seed), shuffle, type(self).__name__, 3
@@ -189,6 +190,7 @@ class SamplerCore(ABC):
 
     def _remaining_count(self) -> int | None:
         """With a loaded state pending for this epoch: how many items iterating yields."""
+        self._book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
         peeked = self._book.peek(checks.epoch(self.epoch), checks.seed(self.seed))
         if peeked is None:
             return None

@@ -95,7 +95,9 @@ class EpochBook:
             pending = None
         start: int | None = 0
         if pending is not None and pending.finished:
-            if self.auto_epoch and not self.epoch_set:
+            # set_epoch chose the finished epoch (before loading, as torchdata loads inside
+            # the loader's iter()): the empty pass is intended, auto_epoch or not.
+            if self.auto_epoch and not self.epoch_set and not self.chosen:
                 self.pending = None
                 epoch += 1
             else:
@@ -140,7 +142,7 @@ class EpochBook:
         pending = self.pending
         if pending is None or pending.epoch != epoch or pending.seed != seed:
             return None
-        if pending.finished and self.auto_epoch and not self.epoch_set:
+        if pending.finished and self.auto_epoch and not self.epoch_set and not self.chosen:
             return epoch + 1, 0
         return epoch, None if pending.finished else pending.position
 

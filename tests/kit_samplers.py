@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from samplers import DistributedBatchSampler, DistributedSampler
+from samplers import DistributedBatchSampler, DistributedSampler, DistributedTokenBatchSampler
 
 
 class Strided(Sampler[int]):
@@ -345,6 +345,43 @@ def blocking(dataset: Any, num_replicas: int, rank: int) -> Any:
 class AcceptsAnyCount(CountingResume):
     """Resumes right, but loads any count, even one past its share or below zero."""
 
+
+# Around the loop: threads, a second iterator, loaders with workers, bool-likes ----------------
+
+
+class PlansUnderfoot(Strided):
+    """Its state is briefly unset while it plans the next items, so a state read from
+    another thread in that moment is no position at all."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas, rank, seed)
+        self.position: int | None = 0
+        self.skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        import time
+
+        share = self.order()[self.rank :: self.world][self.skip :]
+        self.position, self.skip = self.skip, 0
+        for index in share:
+            done = self.position
+            self.position = None  # planning
+            time.sleep(0.0005)
+            self.position = done
+            yield index
+            self.position = (self.position or 0) + 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.skip = state["epoch"], state["position"]
+
+
+class ForgetsTheLoop(CountingResume):
+    """Counts per iteration: a second ``iter()`` (a peek) restarts the count the state is
+    taken from, so the loop's progress is lost."""
+
     off_by = 0
 
 
@@ -364,3 +401,84 @@ class IgnoresLastEpoch(DistributedSampler):
 
 def wrong_loads_version_1_states(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return IgnoresLastEpoch(dataset, num_replicas, rank, seed=seed, tail="uneven")
+
+
+class CountsEveryIter(Strided):
+    """``auto_epoch``: every ``iter()`` after one that was advanced is the next epoch, even
+    one that only a loader's workers prefetched from and the loop never received."""
+
+    auto_epoch = True
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas, rank, seed)
+        self.started = self.chosen = self.finished = False
+        self.yielded = self.skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.chosen = epoch, True
+
+    def __iter__(self) -> Iterator[int]:
+        auto = self.auto_epoch and not self.chosen
+        if self.finished:
+            self.finished = False
+            if not auto:
+                self.chosen = False
+                return iter([])
+            self.epoch += 1
+        elif self.started and auto:
+            self.epoch += 1
+        self.chosen = self.started = False
+        share = self.order()[self.rank :: self.world]
+        self.yielded, skip, self.skip = self.skip, self.skip, 0
+        return self._rest(share[skip:])
+
+    def _rest(self, rest: list[int]) -> Iterator[int]:
+        self.started = True
+        for index in rest:
+            self.yielded += 1
+            yield index
+
+    def state_dict(self) -> dict[str, Any]:
+        finished = self.started and self.yielded >= len(self)
+        return {"epoch": self.epoch, "yielded": self.yielded, "finished": finished}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.skip, self.finished = state["epoch"], state["yielded"], state["finished"]
+        if self.finished:
+            self.skip = 0
+
+
+class ShuffleIsTrue(Strided):
+    """Shuffles only when ``shuffle is True``: ``numpy.True_`` or ``1`` silently stop it."""
+
+    shuffle = True
+
+    def order(self) -> list[int]:
+        if self.shuffle is True:
+            return super().order()
+        return list(range(self.size))
+
+
+def wrong_state_read_concurrently(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return PlansUnderfoot(dataset, num_replicas, rank, seed)
+
+
+def wrong_second_iterator(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return ForgetsTheLoop(dataset, num_replicas, rank, seed)
+
+
+def wrong_loader_epochs(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return CountsEveryIter(dataset, num_replicas, rank, seed)
+
+
+def wrong_bool_like_attributes(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return ShuffleIsTrue(dataset, num_replicas, rank, seed)
+
+
+def ours_auto_epoch(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return DistributedSampler(dataset, num_replicas, rank, seed=seed, auto_epoch=True)
+
+
+def ours_tokens(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    lengths = [1 + index % 7 for index in dataset]
+    return DistributedTokenBatchSampler(lengths, 16, num_replicas, rank, seed=seed, auto_epoch=True)

@@ -40,6 +40,10 @@ HOLDERS = {
     "resumes-other-world-size": kit_samplers.ours_uneven,
     "refuses-impossible-states": kit_samplers.ours_batches_pad,
     "loads-version-1-states": kit_samplers.ours_uneven,
+    "state-read-concurrently": kit_samplers.ours_tokens,
+    "second-iterator": kit_samplers.ours_uneven,
+    "loader-epochs": kit_samplers.ours_auto_epoch,
+    "bool-like-attributes": kit_samplers.ours_uneven,
 }
 
 
@@ -70,6 +74,10 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
             "resumes-other-world-size",
             "refuses-impossible-states",
             "loads-version-1-states",
+            "state-read-concurrently",
+            "second-iterator",
+            "loader-epochs",
+            "bool-like-attributes",
         ]
     )
 

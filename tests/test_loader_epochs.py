@@ -85,3 +85,26 @@ def test_a_dataloader_iterator_whose_prefetch_never_reached_the_loop_is_not_an_e
     assert epoch(loader) == epoch(expected)  # epoch 0, not 1
     del unused
     assert epoch(loader) == epoch(expected)  # epoch 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["sampler", "tokens"])
+def test_set_epoch_of_the_finished_epoch_then_the_next_with_auto_epoch(
+    kind: str, workers: int
+) -> None:
+    """The usual loop (set_epoch before each epoch) on a sampler with auto_epoch=True:
+    torchdata loads the state inside the loader's iter(), after set_epoch chose the
+    saved, finished epoch; that pass is empty, the next is the next epoch (not twice)."""
+    loader, sampler = build(kind, workers)
+    for epoch_number in (0, 1):
+        sampler.set_epoch(epoch_number)
+        epoch(loader)
+    state = loader.state_dict()
+    sampler.set_epoch(2)
+    expected = epoch(loader)
+    resumed_loader, resumed = build(kind, workers)
+    resumed_loader.load_state_dict(state)
+    resumed.set_epoch(1)
+    assert epoch(resumed_loader) == []  # the saved epoch was over
+    resumed.set_epoch(2)
+    assert epoch(resumed_loader) == expected

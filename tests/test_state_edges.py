@@ -195,3 +195,13 @@ def test_a_state_of_another_sampler_kind_names_the_kind(writer: str, reader: str
     state = make(writer).state_dict()
     with pytest.raises(ValueError, match=f"'sampler' is '{type(make(writer)).__name__}'"):
         make(reader).load_state_dict(state)
+
+
+@pytest.mark.parametrize("value", [np.True_, 1, True], ids=["numpy", "1", "bool"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_auto_epoch_written_as_an_attribute_takes_effect(kind: str, value: Any) -> None:
+    sampler = make(kind)
+    sampler.auto_epoch = value
+    first, second = list(sampler), list(sampler)
+    assert sampler.epoch == 1
+    assert first != second

@@ -20,10 +20,11 @@ each guarantee with hypothesis and reports the smallest counterexample it shrink
 
 Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
 registered once), :mod:`~samplers.testing.epochs`, :mod:`~samplers.testing.resumes` and
-:mod:`~samplers.testing.states` (the checks), :mod:`~samplers.testing.mixtures` (the
-guarantees of samplers that mix datasets by weight, and their search),
-:mod:`~samplers.testing.running` (building and running a factory's samplers, within a time
-limit and a bound on what an iteration may yield), :mod:`~samplers.testing.factories`
+:mod:`~samplers.testing.states` and :mod:`~samplers.testing.usage` (the checks),
+:mod:`~samplers.testing.mixtures` (the guarantees of samplers that mix datasets by weight,
+and their search), :mod:`~samplers.testing.running` (building and running a factory's
+samplers, within a time limit and a bound on what an iteration may yield),
+:mod:`~samplers.testing.factories`
 (factories by name, and the fresh-process comparison) and :mod:`~samplers.testing.search`
 (the search).
 
@@ -85,6 +86,12 @@ from samplers.testing.states import (
     refuses_impossible_states,
     version_1_state,
 )
+from samplers.testing.usage import (
+    bool_like_attributes,
+    loader_epochs,
+    second_iterator,
+    state_read_concurrently,
+)
 
 __all__ = [
     "ARGUMENTS",
@@ -106,6 +113,7 @@ __all__ = [
     "TimedOut",
     "Unsupported",
     "Violation",
+    "bool_like_attributes",
     "check",
     "check_all",
     "check_guarantee",
@@ -122,6 +130,7 @@ __all__ = [
     "handles_every_size",
     "len_matches_iteration",
     "load_factory",
+    "loader_epochs",
     "loads_version_1_states",
     "no_tiny_batch",
     "reference",
@@ -129,7 +138,9 @@ __all__ = [
     "reshuffles_with_set_epoch",
     "resumes_other_world_size",
     "resumes_same_world_size",
+    "second_iterator",
     "seed_changes_order",
+    "state_read_concurrently",
     "validated",
     "version_1_state",
 ]

@@ -20,6 +20,9 @@ class Guarantee:
     id: str
     statement: str
     check: Check
+    #: At most this many configurations per search (``None``: the search's own count),
+    #: for a check that costs seconds (it starts worker processes).
+    max_examples: int | None = None
 
 
 #: Every guarantee, by id, in the order the kit reports them.
@@ -34,7 +37,7 @@ CHECKS: dict[str, Check] = {}
 MIXTURES: dict[str, Guarantee] = {}
 
 
-def guarantee(id: str, statement: str) -> Callable[[Check], Check]:
+def guarantee(id: str, statement: str, max_examples: int | None = None) -> Callable[[Check], Check]:
     """Register the decorated check function as the guarantee ``id``.
 
     The function raises :class:`~samplers.testing.running.Failure`; the registered (and
@@ -52,7 +55,7 @@ def guarantee(id: str, statement: str) -> Callable[[Check], Check]:
             except Failure as failure:
                 raise failure.violation(id) from None
 
-        REGISTRY[id] = Guarantee(id, statement, checked)
+        REGISTRY[id] = Guarantee(id, statement, checked, max_examples)
         GUARANTEES[id] = statement
         CHECKS[id] = checked
         return checked

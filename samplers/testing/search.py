@@ -27,7 +27,7 @@ from samplers.testing.factories import (
     reference,
     validated,
 )
-from samplers.testing.registry import CHECKS, GUARANTEES
+from samplers.testing.registry import CHECKS, GUARANTEES, REGISTRY
 from samplers.testing.running import (
     Configuration,
     Expired,
@@ -237,7 +237,9 @@ def check_guarantee(
         return False
 
     options = settings(
-        max_examples=EXAMPLES[thorough],
+        max_examples=min(
+            EXAMPLES[thorough], REGISTRY[guarantee].max_examples or EXAMPLES[thorough]
+        ),
         derandomize=not thorough,
         database=None,
         deadline=None,
