@@ -245,16 +245,11 @@ def cases() -> list[Any]:
     for kind, tail, loader, workers, auto, at_end in itertools.product(
         KINDS, TAILS, LOADERS, WORKERS, (False, True), (False, True)
     ):
-        marks = []
-        # The wrapper's order (a SequentialSampler's) is the same every epoch, so an
-        # epoch too far is not seen in it.
-        if loader == "StatefulDataLoader" and workers and auto and at_end and kind != "wrapper":
-            marks.append(pytest.mark.xfail(strict=True, reason="issue 24 item 3"))
         name = (
             f"{kind.replace(' ', '-')}-{tail}-{loader}-{workers}w-"
             f"{'auto' if auto else 'set_epoch'}-{'end' if at_end else 'mid'}"
         )
-        found.append(pytest.param(kind, tail, loader, workers, auto, at_end, id=name, marks=marks))
+        found.append(pytest.param(kind, tail, loader, workers, auto, at_end, id=name))
     return found
 
 
