@@ -32,8 +32,6 @@ __all__ = ["Passes", "source_seed"]
 
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
-#: Cycle-walking values step as a subset once fewer than one in this many are left.
-_FEW_WALKING = 16
 
 
 def _mix(key: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -77,14 +75,10 @@ class Passes:
         halves = self.high.index_select(0, source), self.low.index_select(0, source)
         size = self.sizes.index_select(0, source)
         result = self._network(item, round_keys_, *halves)
-        outside = result >= size
-        # Cycle-walking: while many values walk, the whole tensor steps (no subsets);
-        # the few left (fewer than 1 in _FEW_WALKING) step as their own subset.
-        while (count := int(outside.sum())) * _FEW_WALKING > result.numel():
-            stepped = self._network(result, round_keys_, *halves)
-            result = torch.where(outside, stepped, result)
-            outside = result >= size
-        walking = outside.nonzero().squeeze(1)
+        # Cycle-walking: the values outside ``[0, size)`` step again, as their own subset
+        # (measured faster than stepping the whole tensor while many walk).
+        walking = (result >= size).nonzero()[:, 0]
+        count = walking.numel()
         while count:
             keys_now = [k.index_select(0, walking) for k in round_keys_]
             high_now, low_now = (h.index_select(0, walking) for h in halves)
