@@ -11,6 +11,7 @@ import copy
 import doctest
 import math
 import pickle
+import random
 from collections import Counter
 from fractions import Fraction
 from typing import Any
@@ -451,15 +452,22 @@ def test_a_state_of_another_mixture_is_refused() -> None:
         sampler.load_state_dict(missing)
 
 
-def test_a_large_source_is_permuted_the_same_by_few_draws_and_many() -> None:
-    from samplers.feistel import FeistelPermutation
-    from samplers.mixture.order import FEW, SMALL, source_seed
-
-    size = SMALL + 5
-    order = MixtureOrder((size,), Schedule.of((1,)), 7, True, 0, 10)
-    few = torch.arange(3) * 97
-    many = torch.arange(FEW + 10) * 13 + size  # the second pass
-    for draws in (few, many):
-        expected = FeistelPermutation(size, source_seed(7, 0), int(draws[0]) // size)
-        got = order.within(torch.zeros_like(draws), draws)
-        assert got.tolist() == expected(draws % size).tolist()
+def test_a_pass_is_the_same_however_its_draws_are_grouped() -> None:
+    """Each (source, pass) is a permutation of the source, and evaluating a draw alone,
+    in a chunk with other sources and passes, or in another order gives the same sample."""
+    sizes = (1, 2, 3, 8, 9, 100, (1 << 16) + 5)
+    order = MixtureOrder(sizes, Schedule.of((1,) * len(sizes)), 7, True, 0, 10)
+    alone: dict[tuple[int, int], list[int]] = {}
+    for d, size in enumerate(sizes):
+        for q in (0, 1, 2**32 + 3):
+            draws = torch.arange(size) + q * size
+            got = order.within(torch.full_like(draws, d), draws).tolist()
+            assert sorted(got) == list(range(size)), (size, q)
+            alone[d, q] = got
+    mixed = [(d, q, j) for (d, q), got in alone.items() for j in range(0, len(got), 7)]
+    random.Random(0).shuffle(mixed)
+    source = torch.tensor([d for d, _, _ in mixed])
+    draws = torch.tensor([q * sizes[d] + j for d, q, j in mixed])
+    together = order.within(source, draws).tolist()
+    assert together == [alone[d, q][j] for d, q, j in mixed]
+    assert alone[6, 0] != alone[6, 1]  # passes differ

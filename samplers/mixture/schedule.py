@@ -61,23 +61,24 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     when their common denominator exceeds :data:`MAX_PERIOD`, those proportions rounded
     to ``MAX_PERIOD`` parts (largest remainder; a positive weight keeps at least 1)."""
     fractions = [_fraction(w) for w in weights]
-    total = sum(fractions, Fraction(0))
-    shares = [f / total for f in fractions]
-    common = math.lcm(*(s.denominator for s in shares))
+    # Integer arithmetic over one common denominator: share d is numerators[d] / total.
+    denominator = math.lcm(*(f.denominator for f in fractions))
+    numerators = [f.numerator * (denominator // f.denominator) for f in fractions]
+    total = sum(numerators)
+    common = math.lcm(*(total // math.gcd(n, total) for n in numerators))
     if common <= MAX_PERIOD:
-        exact = [int(s * common) for s in shares]
+        exact = [n * common // total for n in numerators]
         divisor = math.gcd(*exact)
         return tuple(a // divisor for a in exact)
-    floors = [max(int(s * MAX_PERIOD), 1 if s > 0 else 0) for s in shares]
+    scaled = [n * MAX_PERIOD for n in numerators]
+    floors = [max(v // total, 1 if v > 0 else 0) for v in scaled]
     left = MAX_PERIOD - sum(floors)
-    by_remainder = sorted(
-        range(len(shares)), key=lambda d: (-(shares[d] * MAX_PERIOD - floors[d]), d)
-    )
+    by_remainder = sorted(range(len(scaled)), key=lambda d: (-(scaled[d] - floors[d] * total), d))
     if left >= 0:
         for d in by_remainder[:left]:
             floors[d] += 1
     else:  # the minimum of 1 overshot: take back from the largest
-        for d in sorted(range(len(shares)), key=lambda d: (-floors[d], d))[:-left]:
+        for d in sorted(range(len(scaled)), key=lambda d: (-floors[d], d))[:-left]:
             floors[d] -= 1
     divisor = math.gcd(*floors)
     return tuple(a // divisor for a in floors)
@@ -116,9 +117,18 @@ class Period:
 def period(parts: tuple[int, ...]) -> Period:
     """The period of ``parts`` (earliest deadline first, see the module docstring);
     cached, as every rank and every epoch of a mixture uses the same."""
+    source, rank = _earliest_deadline_first(parts)
     total = sum(parts)
-    source = torch.empty(total, dtype=torch.int64)
-    rank = torch.empty(total, dtype=torch.int64)
+    blocks = source[: total // CHECKPOINT * CHECKPOINT].reshape(-1, CHECKPOINT)
+    per_block = torch.zeros(blocks.shape[0], len(parts), dtype=torch.int64)
+    per_block.scatter_add_(1, blocks, torch.ones_like(blocks))
+    checkpoints = torch.cat([torch.zeros(1, len(parts), dtype=torch.int64), per_block.cumsum(0)])
+    return Period(parts, source, rank, checkpoints)
+
+
+def _earliest_deadline_first(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Earliest deadline first, step by step (ties to the lower source)."""
+    total = sum(parts)
     drawn = [0] * len(parts)
 
     def deadline(d: int) -> int:
@@ -145,13 +155,7 @@ def period(parts: tuple[int, ...]) -> Period:
                 heapq.heappush(ready, (deadline(d), d))
             else:
                 heapq.heappush(waiting, (release, d))
-    source = torch.tensor(sources, dtype=torch.int64)
-    rank = torch.tensor(ranks, dtype=torch.int64)
-    blocks = source[: total // CHECKPOINT * CHECKPOINT].reshape(-1, CHECKPOINT)
-    per_block = torch.zeros(blocks.shape[0], len(parts), dtype=torch.int64)
-    per_block.scatter_add_(1, blocks, torch.ones_like(blocks))
-    checkpoints = torch.cat([torch.zeros(1, len(parts), dtype=torch.int64), per_block.cumsum(0)])
-    return Period(parts, source, rank, checkpoints)
+    return torch.tensor(sources, dtype=torch.int64), torch.tensor(ranks, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
@@ -197,20 +201,28 @@ class Schedule:
     def locate(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For each stream position: its source, and how many times that source drew
         before it (over the whole stream)."""
+        if len(self.segments) == 1:
+            return self._locate_in(0, positions)
         source = torch.empty_like(positions)
         drawn = torch.empty_like(positions)
         starts = torch.tensor([s for s, _ in self.segments], dtype=torch.int64)
         which = torch.searchsorted(starts, positions, right=True) - 1
         for i in torch.unique(which).tolist():
-            start, segment_parts = self.segments[i]
-            one = period(segment_parts)
-            mask = which == i if len(self.segments) > 1 else slice(None)
-            relative = positions[mask] - start
-            whole = torch.div(relative, one.length, rounding_mode="floor")
-            offset = relative - whole * one.length
-            d = one.source[offset]
-            counts = torch.tensor(self.base[i], dtype=torch.int64)
-            sizes = torch.tensor(segment_parts, dtype=torch.int64)
-            source[mask] = d
-            drawn[mask] = counts[d] + whole * sizes[d] + one.rank[offset]
+            chosen = (which == i).nonzero()[:, 0]
+            d, j = self._locate_in(i, positions.index_select(0, chosen))
+            source.index_copy_(0, chosen, d)
+            drawn.index_copy_(0, chosen, j)
         return source, drawn
+
+    def _locate_in(self, i: int, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`locate` for positions of segment ``i``."""
+        start, segment_parts = self.segments[i]
+        one = period(segment_parts)
+        relative = positions - start
+        whole = torch.div(relative, one.length, rounding_mode="floor")
+        offset = relative - whole * one.length
+        d = one.source.index_select(0, offset)
+        counts = torch.tensor(self.base[i], dtype=torch.int64)
+        sizes = torch.tensor(segment_parts, dtype=torch.int64)
+        drawn = counts.index_select(0, d) + whole * sizes.index_select(0, d)
+        return d, drawn + one.rank.index_select(0, offset)
