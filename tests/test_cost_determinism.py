@@ -44,6 +44,6 @@ def test_the_fresh_interpreters_run_without_address_randomisation() -> None:
 @pytest.mark.timeout(600)
 def test_repeated_measurements_of_the_small_sizes_are_identical() -> None:
     """Bounded: 2 measurements of the sizes where a process once measured 67 bytes
-    apart (the 20-run check is in the finding's history, not in every test run)."""
+    apart; a longer check repeats :func:`cost.measure_in_fresh_process` many times."""
     first = cost.measure_in_fresh_process(SIZES, processes=1)
     assert cost.measure_in_fresh_process(SIZES, processes=1) == first
