@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import strategies as st
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-from samplers import DistributedSampler
+from samplers import DistributedSampler, SamplerWarning
 
 IMPLEMENTATIONS = {"torch": StockSampler, "samplers": DistributedSampler}
 
@@ -37,7 +37,7 @@ class Config:
             **changes,
         }
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # ours warns on empty shards
+            warnings.simplefilter("ignore", SamplerWarning)  # ours warns on empty shards
             sampler = sampler_class(range(self.dataset_size), **arguments)
         sampler.set_epoch(self.epoch)
         return sampler

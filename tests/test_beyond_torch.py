@@ -45,7 +45,7 @@ batches = st.integers(1, 16)
 
 def _quiet(make: Any, *arguments: Any, **options: Any) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", SamplerWarning)
         return make(*arguments, **options)
 
 

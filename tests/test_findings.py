@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-from samplers import DistributedSampler
+from samplers import DistributedSampler, SamplerWarning
 from studies.cases import EXPERIMENT, Case
 from studies.distributed.collectives import COLLECTIVES
 from studies.distributed.collectives import COLUMNS as COLLECTIVE_COLUMNS
@@ -74,7 +74,7 @@ def epoch_order(size: int, seed: int, epoch: int, shuffle: bool = True) -> list[
 
 def build_sampler(name: str, size: int, world: int, rank: int, **options: object) -> StockSampler:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # ours warns on empty shards
+        warnings.simplefilter("ignore", SamplerWarning)  # ours warns on empty shards
         return SAMPLERS[name](range(size), num_replicas=world, rank=rank, **options)
 
 

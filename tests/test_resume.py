@@ -46,7 +46,7 @@ def make(
     kind, _, permutation = kind.partition("-")
     permutation = permutation or "randperm"
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", SamplerWarning)
         if kind == "sampler":
             return DistributedSampler(
                 range(size), world, rank, seed=seed, tail=tail, permutation=permutation

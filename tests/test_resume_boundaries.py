@@ -19,7 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
+from samplers import (
+    DistributedBatchSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    SamplerWarning,
+)
 from samplers.plan import TAILS
 
 KINDS = ("sampler", "batch", "wrapper", "sampler-feistel", "batch-feistel")
@@ -29,7 +34,7 @@ def make(kind: str, size: int, world: int, rank: int, tail: str = "uneven", **op
     kind, _, permutation = kind.partition("-")
     extra = {"permutation": permutation} if permutation else {}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", SamplerWarning)
         if kind == "sampler":
             return DistributedSampler(range(size), world, rank, tail=tail, **extra, **options)
         if kind == "batch":

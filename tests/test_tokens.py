@@ -29,7 +29,7 @@ def build(lengths: Any, max_tokens: int, world: int, rank: int, **options: Any):
     """A sampler for ``rank`` (an ``epoch`` option is set with ``set_epoch``)."""
     at = options.pop("epoch", None)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", SamplerWarning)
         sampler = DistributedTokenBatchSampler(lengths, max_tokens, world, rank, **options)
     if at is not None:
         sampler.set_epoch(at)
@@ -43,7 +43,7 @@ def epoch(lengths: Any, max_tokens: int, world: int, **options: Any) -> list[lis
     for rank in range(world):
         sampler = build(lengths, max_tokens, world, rank, **options)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", SamplerWarning)
             shares.append(list(sampler))
     return shares
 
@@ -313,7 +313,7 @@ def test_resume_on_another_world_size_continues_the_epoch(setup, other, when) ->
         resumed.set_epoch(at)
         expected = len(resumed)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore", SamplerWarning)
             rest.append(list(resumed))
         assert len(rest[-1]) == expected
     seen = Counter(i for part in (*taken, *rest) for batch in part for i in batch)

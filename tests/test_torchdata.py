@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from samplers import DistributedBatchSampler, DistributedSampler
+from samplers import DistributedBatchSampler, DistributedSampler, SamplerWarning
 from samplers.iterators import BatchIterator, ShareIterator
 
 stateful_dataloader = pytest.importorskip(
@@ -204,10 +204,10 @@ def test_torchdata_nodes_sampler_wrapper_saves_and_loads_like_the_stock_sampler(
     stopped = nodes.Loader(node(), restart_on_stop_iteration=False)
     stopped.load_state_dict(end)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # the finished epoch's empty pass
+        warnings.simplefilter("ignore", SamplerWarning)  # the finished epoch's empty pass
         assert list(stopped) == []
     restarting = nodes.Loader(node())
     restarting.load_state_dict(end)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", SamplerWarning)
         assert list(restarting) == epoch_1

@@ -15,7 +15,9 @@ already initialised and use it. The frameworks' own console output is discarded.
 
 With 43 samples, batch size 4 and 2 ranks every sampler measured gives both ranks the same
 number of batches, so the frameworks' per-step collectives (DDP's gradient all-reduce,
-Lightning's per-step broadcast) pair up in every scenario.
+Lightning's per-step broadcast) pair up in every scenario. (A plain loader that accelerate
+shards with ``even_batches=False`` gives the ranks different numbers of batches: it is
+only iterated, with no collective per step.)
 """
 
 from __future__ import annotations
