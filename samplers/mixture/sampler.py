@@ -92,7 +92,7 @@ class _Mixture(SamplerCore):
         Every source's pass stays where it is (its next sample is the one it would have
         given), so nothing is repeated; the change is recorded in the state, so a resume
         reproduces the schedule. Call it on every rank at the same step. The iteration in
-        progress is not changed (a ``UserWarning`` says so): leave its loop, and the next
+        progress is not changed (a ``SamplerWarning`` says so): leave its loop, and the next
         ``iter()`` continues the epoch from the current position under the new weights
         (as after :meth:`load_state_dict`). A weight of 0
         pauses its source. Raises ``ValueError`` naming the weight for a negative, NaN or
@@ -108,7 +108,7 @@ class _Mixture(SamplerCore):
                 f"set_weights during an iteration: the iterator in progress keeps the old "
                 f"weights to its end; leave that loop and iterate the sampler again to "
                 f"continue from stream position {position} under the new weights",
-                UserWarning,
+                checks.SamplerWarning,
                 stacklevel=2,
             )
         self.schedule = self.schedule.changed(position, parts(values))
@@ -410,7 +410,7 @@ class DistributedMixtureBatchSampler(_Mixture, Sampler[list[int]]):
                 f"{type(self).__name__}(tail='uneven') gives ranks {min(counts)} or "
                 f"{max(counts)} batches this epoch: a collective run once per batch would "
                 "wait on the ranks with fewer; use tail='pad' or DDP's join()",
-                UserWarning,
+                checks.SamplerWarning,
                 stacklevel=2,
             )
         batches: Iterator[list[int]] = iterator

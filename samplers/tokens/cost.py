@@ -39,6 +39,8 @@ from typing import Any, Literal, get_args
 
 import torch
 
+from samplers.checks import SamplerWarning
+
 __all__ = ["COSTS", "Cost", "CostLike", "TokenCost", "as_cost", "warn_costly"]
 
 #: How a batch's per-sample costs are combined: ``"padded"`` = count x the longest's,
@@ -212,6 +214,6 @@ def warn_costly(lengths: torch.Tensor, max_tokens: int, model: TokenCost) -> Non
             f"cost={model.label!r} (the costliest: index {costliest}, length "
             f"{int(lengths[costliest])}, cost {int(costs[costliest]) / model.scale:g}); each "
             "forms a batch of its own that costs more than max_tokens",
-            UserWarning,
+            SamplerWarning,
             stacklevel=3,
         )

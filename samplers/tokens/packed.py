@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 from samplers import checks
+from samplers.checks import SamplerWarning
 from samplers.options import Permutation, Tail
 from samplers.tokens.cost import CostLike, as_cost
 from samplers.tokens.packing import PackedOrder, default_packing_window
@@ -26,7 +27,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
 
     Guarantee: every sample is in one row, whole (never cut across rows), and each row's
     lengths sum to at most ``max_length``, except a row of one sample longer than that (a
-    ``UserWarning`` at construction counts them); a batch holds at most
+    ``SamplerWarning`` at construction counts them); a batch holds at most
     ``rows_per_batch`` rows. With ``tail="uneven"`` every sample comes exactly once per
     epoch; every rank yields the same number of batches (``tail`` as for
     :class:`~samplers.DistributedTokenBatchSampler`, whose guarantees this sampler keeps);
@@ -143,7 +144,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             f"{count} sample(s) are longer than max_length={self.max_length} (the longest: "
             f"index {longest}, {int(lengths[longest])} tokens); each forms a row of its own "
             "that is longer than max_length",
-            UserWarning,
+            SamplerWarning,
             stacklevel=3,
         )
 
