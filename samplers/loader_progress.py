@@ -43,6 +43,7 @@ __all__ = [
     "find_loader",
     "loop_progress",
     "reader_of",
+    "prefetched_only",
     "received_nothing",
     "unit_of",
 ]
@@ -85,6 +86,20 @@ def received_nothing(loader: object | None) -> bool:
         return False
     received = loader.__dict__.get("_rcvd_idx")
     return isinstance(received, int) and received == 0
+
+
+def prefetched_only(previous: object | None, current: object | None) -> bool:
+    """Whether an iteration read by the DataLoader iterator ``previous`` was only fetched
+    ahead by workers, never received by the loop, now that ``current`` (the DataLoader
+    iterator calling ``iter()`` again, or ``None``) starts another.
+
+    torch's own DataLoader with persistent workers reuses its iterator and zeroes its
+    counts before it asks for the next epoch, so when torch's iterator asks again, its
+    previous iteration was the loop's (counted as an epoch); torchdata's iterators count
+    what they prefetched while restoring a finished epoch and threw away."""
+    if previous is current and type(current) in _READERS:
+        return False
+    return received_nothing(previous)
 
 
 def unit_of(reader: dict[str, Any], sampler: object) -> int | None:

@@ -108,3 +108,29 @@ def test_set_epoch_of_the_finished_epoch_then_the_next_with_auto_epoch(
     assert epoch(resumed_loader) == []  # the saved epoch was over
     resumed.set_epoch(2)
     assert epoch(resumed_loader) == expected
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_torch_loader_with_persistent_workers_moves_on_after_a_resumed_epoch(
+    persistent: bool,
+) -> None:
+    """torch's DataLoader with persistent workers reuses its iterator and zeroes its counts
+    before the next epoch: the resumed epoch's rest counts, and auto_epoch moves on."""
+    first = DistributedSampler(range(23), num_replicas=3, rank=0, seed=0, auto_epoch=True)
+    taken = iter(first)
+    for _ in range(3):
+        next(taken)
+    state = first.state_dict()
+    sampler = DistributedSampler(range(23), num_replicas=2, rank=0, seed=0, auto_epoch=True)
+    sampler.load_state_dict(state)
+    loader = DataLoader(
+        range(23), batch_size=2, sampler=sampler, num_workers=2, persistent_workers=persistent
+    )
+    passes = [[i for batch in loader for i in batch.tolist()] for _ in range(3)]
+    rest = DistributedSampler(range(23), num_replicas=2, rank=0, seed=0)
+    rest.load_state_dict(state)
+    assert passes[0] == list(rest)
+    for epoch in (1, 2):
+        fresh = DistributedSampler(range(23), num_replicas=2, rank=0, seed=0)
+        fresh.set_epoch(epoch)
+        assert passes[epoch] == list(fresh), f"epoch {epoch}"
