@@ -146,10 +146,7 @@ class SamplerCore(ABC):
             and undo is not None
             and not self._book.epoch_set
             and self.epoch == undo.epoch_after
-            and (
-                not previous.started
-                or loader_progress.prefetched_only(previous.loader(), loader)
-            )
+            and (not previous.started or loader_progress.prefetched_only(previous.loader(), loader))
         ):
             # The previous iter() was never advanced, or only by DataLoader workers whose
             # batches never reached the loop (torchdata restoring a finished epoch):

@@ -42,8 +42,8 @@ __all__ = [
     "LoopProgress",
     "find_loader",
     "loop_progress",
-    "reader_of",
     "prefetched_only",
+    "reader_of",
     "received_nothing",
     "unit_of",
 ]

@@ -19,7 +19,7 @@ __all__ = ["EXTRAS", "MissingExtra", "missing", "require"]
 #: Top-level modules each extra of ``pyproject.toml`` provides, as imported.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "study": ("pandas", "matplotlib", "tabulate", "tqdm", "psutil", "hypothesis"),
-    "peers": ("torchdata", "lightning", "accelerate", "mmengine", "transformers", "ray"),
+    "peers": ("torchdata", "lightning", "accelerate", "mmengine", "transformers", "ray", "lhotse"),
 }
 
 

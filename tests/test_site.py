@@ -178,7 +178,13 @@ def test_the_api_reference_documents_every_public_name(site: Path) -> None:
     ids = Page.of(site / "reference" / "integrations" / "index.html").ids
     for name in ("accelerate.prepare_data_loader", "transformers.ShardedTrainer"):
         assert f"samplers.integrations.{name}" in ids, name
-    for name in ("lightning.ShardedDataLoader", "torchdata.sampler_node"):
+    for name in (
+        "lightning.ShardedDataLoader",
+        "torchdata.sampler_node",
+        "ray.prepare_data_loader",
+        "ray.save_state",
+        "ray.load_state",
+    ):
         assert f"samplers.integrations.{name}" in ids, name
 
 

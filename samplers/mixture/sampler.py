@@ -277,9 +277,14 @@ class DistributedMixtureSampler(_Mixture, Sampler[int]):
             the indices index ``ConcatDataset(datasets)`` (also :attr:`dataset`).
         weights: one non-negative number per source, not all 0 (0 pauses a source);
             only their ratios matter.
-        num_replicas, rank, shuffle, seed, tail, auto_epoch, group: as
-            :class:`samplers.DistributedSampler` (``shuffle=False`` reads each pass in
-            order; the mixing schedule is the same).
+        num_replicas: as for :class:`samplers.DistributedSampler`.
+        rank: as for :class:`samplers.DistributedSampler`.
+        shuffle: as for :class:`samplers.DistributedSampler` (``shuffle=False`` reads each
+            pass in order; the mixing schedule is the same).
+        seed: as for :class:`samplers.DistributedSampler`.
+        tail: as for :class:`samplers.DistributedSampler`.
+        auto_epoch: as for :class:`samplers.DistributedSampler`.
+        group: as for :class:`samplers.DistributedSampler`.
         epoch_length: positions per epoch; default: the sum of the sources' sizes.
     """
 

@@ -214,7 +214,7 @@ def check_guarantee(
     if guarantee not in CHECKS:
         raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")
     from hypothesis import HealthCheck, Phase, Verbosity, find, settings
-    from hypothesis.errors import NoSuchExample
+    from hypothesis.errors import Flaky, NoSuchExample
 
     seen = _Tally()
 
@@ -225,16 +225,20 @@ def check_guarantee(
             # judges, and a search provokes them by the hundred: they stay silent.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return _violation(guarantee, factory, configuration, time_limit) is not None
+                violated = _violation(guarantee, factory, configuration, time_limit) is not None
         except Violation:
-            return True
+            violated = True
         except Unsupported as reason:
             seen.unsupported = str(reason)
+            return False
         except Rejected as reason:
             seen.rejected += 1
             if seen.smallest is None or _size(configuration) < _size(seen.smallest):
                 seen.smallest, seen.rejection = configuration, str(reason)
-        return False
+            return False
+        if violated and (seen.violating is None or _size(configuration) < _size(seen.violating)):
+            seen.violating = configuration
+        return violated
 
     options = settings(
         max_examples=min(
@@ -253,6 +257,10 @@ def check_guarantee(
         )
     except NoSuchExample:
         found = None
+    except Flaky:
+        # A violation that did not repeat when hypothesis ran it again (a race, say): a
+        # violation all the same, reported with the smallest configuration that showed it.
+        found = seen.violating
     examples = seen.tried
     if found is None:
         return _held(factory, guarantee, seen, fresh, time_limit)
@@ -283,6 +291,8 @@ class _Tally:
     unsupported: str = ""
     smallest: Configuration | None = None
     rejection: str = ""
+    #: The smallest configuration that violated the guarantee, when one did.
+    violating: Configuration | None = None
 
 
 def _held(

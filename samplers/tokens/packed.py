@@ -77,8 +77,14 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             non-negative integers, one per dataset index.
         max_length: the longest row, in tokens (at least 1).
         rows_per_batch: rows in one batch (at least 1).
-        num_replicas, rank, shuffle, seed, tail, auto_epoch, permutation, group: as for
-            :class:`~samplers.DistributedTokenBatchSampler`.
+        num_replicas: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        rank: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        shuffle: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        seed: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        tail: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        auto_epoch: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        permutation: as for :class:`~samplers.DistributedTokenBatchSampler`.
+        group: as for :class:`~samplers.DistributedTokenBatchSampler`.
         cost: how a batch's cost is counted for the balance per step: ``"sum"`` (the
             tokens, default) or a summed :class:`~samplers.tokens.cost.TokenCost` (e.g.
             ``TokenCost("sum", quadratic=q)``: attention over a packed row costs each
