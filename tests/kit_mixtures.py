@@ -56,8 +56,8 @@ class Restarting(DistributedMixtureSampler):
         self.weights = values
         self.load_state_dict(self.state_dict_with(current))
 
-    def _order(self) -> MixtureOrder:
-        order = super()._order()
+    def _mixture_order(self) -> MixtureOrder:
+        order = super()._mixture_order()
         return _RestartedOrder(
             order.sizes,
             order.schedule,

@@ -67,10 +67,14 @@ class _Mixture(SamplerCore):
         self.seed = consistency.seed_or_agreed(seed)
         self.permutation = "feistel"
         self.epoch = 0
-        self.schedule = Schedule.of(parts(self.weights))
+        self.schedule = Schedule.of(self._parts(self.weights))
         self._init_core(auto_epoch)
 
     # Weights ------------------------------------------------------------------------------
+
+    def _parts(self, weights: tuple[float | int | Fraction, ...]) -> tuple[int, ...]:
+        """The schedule's integer parts (per sample) for checked ``weights``."""
+        return parts(weights)
 
     @property
     def proportions(self) -> tuple[Fraction, ...]:
@@ -111,7 +115,7 @@ class _Mixture(SamplerCore):
                 checks.SamplerWarning,
                 stacklevel=2,
             )
-        self.schedule = self.schedule.changed(position, parts(values))
+        self.schedule = self.schedule.changed(position, self._parts(values))
         self.weights = values
         self.load_state_dict(self.state_dict_with(current))
 
@@ -123,7 +127,8 @@ class _Mixture(SamplerCore):
     def _end_position(self) -> int:
         return self.epoch_length
 
-    def _order(self) -> MixtureOrder:
+    def _mixture_order(self) -> MixtureOrder:
+        """The current epoch's window of the stream."""
         return MixtureOrder(
             self.sizes,
             self.schedule,
@@ -137,7 +142,7 @@ class _Mixture(SamplerCore):
         raise NotImplementedError
 
     def _plan(self, start: int) -> EpochPlan:
-        order = self._order()
+        order = self._mixture_order()
         layout = self._layout(start)
         drop = checks.tail(self.tail, drop_last=False) == "drop"
         sizes = ShardSizes.of(self.epoch_length, layout.world_size, drop)

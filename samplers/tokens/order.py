@@ -11,7 +11,8 @@ the shuffled epoch, the last one shorter):
 
 1. the window's samples are those the epoch permutation puts there (``randperm`` or
    ``feistel`` from ``(seed, epoch)``, as the other samplers draw it; no permutation
-   without shuffling), so every window is a random sample of the dataset;
+   without shuffling), so every window is a random sample of the dataset; or, with a
+   ``stream`` order given, those it holds there (e.g. a mixture's draws);
 2. they are sorted by length, longest first (ties in permutation order);
 3. they are cut greedily into batches: a batch takes the next samples as long as its cost
    stays within ``max_tokens``. Cost ``"padded"`` is the longest length times the count
@@ -191,6 +192,11 @@ class TokenOrder(Order):
     ``cost``, ``window``, ``shuffle``, ``permutation``, ``seed`` and ``epoch`` only (the
     same on every rank, whatever the world size, without communication).
 
+    With ``stream`` (an :class:`~samplers.plan.Order`) the windows hold its positions
+    instead of the permutation's: the order is the stream's values rearranged within
+    each window (every window holds exactly the stream's positions there), ``N`` is
+    ``stream.size`` and ``lengths`` has one length per value the stream gives.
+
     ``lengths`` must be a 1-D integer tensor of non-negative lengths (the sampler checks
     its arguments; this class trusts them).
     """
@@ -206,6 +212,7 @@ class TokenOrder(Order):
         seed: int,
         epoch: int,
         permutation: Permutation = "randperm",
+        stream: Order | None = None,
     ) -> None:
         self.lengths = lengths
         self.max_tokens = max_tokens
@@ -217,7 +224,10 @@ class TokenOrder(Order):
         self.seed = seed
         self.epoch = epoch
         self.permutation: Permutation = permutation
-        self.length = lengths.numel()
+        #: The order the windows take their samples from instead of the epoch permutation
+        #: (e.g. a :class:`~samplers.mixture.order.MixtureOrder`); its size is the epoch's.
+        self.stream = stream
+        self.length = lengths.numel() if stream is None else stream.size
         #: Whole windows per planned chunk.
         self.chunk_windows = max(1, CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
@@ -251,7 +261,9 @@ class TokenOrder(Order):
 
     @cached_property
     def permuted(self) -> Order:
-        """The epoch permutation the windows are cut from."""
+        """The epoch permutation the windows are cut from (or the ``stream`` given)."""
+        if self.stream is not None:
+            return self.stream
         return make_order(
             self.size,
             shuffle=self.shuffle,
@@ -364,7 +376,7 @@ class TokenOrder(Order):
         shift = repeat(moved_to - starts, sizes)
         ordered = torch.empty_like(indices)
         ordered[local + shift] = indices
-        dtype = torch.int32 if self.size < 2**31 else torch.int64
+        dtype = torch.int32 if max(self.size, self.lengths.numel()) < 2**31 else torch.int64
         return Span(lo, hi, ordered.to(dtype), new_starts + lo)
 
     def _batches(

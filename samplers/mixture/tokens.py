@@ -1,0 +1,261 @@
+"""A mixture under a token budget: :class:`DistributedMixtureTokenBatchSampler`.
+
+A thin adapter: the mixture's stream (:class:`~samplers.mixture.order.MixtureOrder`,
+position -> (source, its draw) -> a ``ConcatDataset`` index) fills the windows of a
+:class:`~samplers.tokens.order.TokenOrder` in place of the epoch permutation, and the
+token machinery sorts, cuts and lays them out as for
+:class:`~samplers.DistributedTokenBatchSampler` (its hooks, reused, not copied). The
+mixture's state (one global position plus the weight schedule), :meth:`set_weights` and
+checks are the mixture samplers'.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from samplers import checks, groups
+from samplers.mixture.checks import checked_datasets
+from samplers.mixture.sampler import _Mixture
+from samplers.mixture.schedule import parts
+from samplers.options import Tail
+from samplers.plan import EpochPlan
+from samplers.tokens.checks import checked_lengths, warn_over_budget
+from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
+from samplers.tokens.order import TokenOrder, default_window, length_sum
+from samplers.tokens.sampler import DistributedTokenBatchSampler
+
+__all__ = ["DistributedMixtureTokenBatchSampler", "sample_parts"]
+
+
+def sample_parts(
+    token_parts: tuple[int, ...], sizes: tuple[int, ...], tokens: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The schedule's parts per sample for ``token_parts`` (integer parts of the weights
+    in tokens): source ``d`` drawn at the rate ``token_parts[d] / mean_d``, its mean
+    length ``tokens[d] / sizes[d]``, exactly (as fractions), then reduced by
+    :func:`~samplers.mixture.schedule.parts` (rounded to multiples of 1/65536 of the
+    draws when the common denominator is larger). A source with weight but no tokens
+    has no rate: the caller refuses it."""
+    rates = [
+        Fraction(a * n, t) if a else Fraction(0)
+        for a, n, t in zip(token_parts, sizes, tokens, strict=True)
+    ]
+    return parts(rates)
+
+
+class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler):
+    """Batches under a token budget from several datasets mixed by weight counted in
+    tokens, the same number of batches on every rank.
+
+    Guarantees (over all ranks together, whatever the world size):
+
+    * **proportions in tokens, on average, exactly in draws**: source ``d`` is drawn at
+      the rate ``p_d`` = its token weight over its mean length (:attr:`proportions`),
+      so its expected share of the tokens is its weight (:attr:`token_proportions`
+      gives the exact share, after rounding the rates to multiples of 1/65536 at most).
+      The stream of draws is prefix-exact (as :class:`DistributedMixtureSampler`): after
+      ``k`` positions each source has ``c_d`` draws, ``|c_d - k * p_d| < 1``. Its tokens
+      are then exact at the end of each of its passes (a pass holds all its tokens) and
+      in between off by what a part of a shuffled pass is: at most
+      ``n_d * (max_d - min_d) / 4`` tokens, plus one mean length (``mean_d``) for the
+      draw count. Each **window** of ``window`` positions is sorted by length before
+      being cut, so these bounds hold at every window boundary; after any step the
+      batches handed out are the stream's whole windows plus part of the next, so add at
+      most ``window`` samples there. A single step can hold one source's samples only
+      (those of a length): proportions in tokens are a property of windows, not steps
+      (tests/test_mixture_tokens.py measures both);
+    * **once per pass**: each source is read in passes, each a shuffle seeded from
+      ``(seed, source, pass)``; each window holds exactly the stream's draws there, so a
+      sample is handed out twice only in two passes of its source;
+    * **the budget**: every batch costs at most ``max_tokens`` under ``cost``, except a
+      sample longer than that alone, as for :class:`DistributedTokenBatchSampler`, and
+      every rank yields the same number of batches (``tail`` as there);
+    * **resume on any world size** from one number plus the weight schedule
+      (:meth:`state_dict`; a state of another mixture, lengths, budget, cost or window
+      is refused naming the field), and :meth:`set_weights` mid-run repeats nothing
+      and is reproduced by a resume.
+
+    Epochs are windows of one stream, ``epoch_length`` positions each (default: the
+    sources' total size), so the passes continue across epochs. With token weights
+    proportional to the sources' token totals, every source is drawn in proportion to
+    its size, and an epoch of the default length is every sample exactly once
+    (``tail="uneven"``), as the token sampler over ``ConcatDataset(datasets)``.
+
+    Example::
+
+        >>> lengths = [4] * 6 + [1] * 12        # source 0: 6 samples of 4, source 1: 12 of 1
+        >>> sampler = DistributedMixtureTokenBatchSampler([range(6), range(12)], [1, 1],
+        ...     lengths, 8, num_replicas=1, rank=0, epoch_length=10)
+        >>> sampler.proportions                 # draws: 1 long per 4 short, equal tokens
+        (Fraction(1, 5), Fraction(4, 5))
+        >>> batches = list(sampler)
+        >>> sum(lengths[i] for b in batches for i in b if i < 6), sum(
+        ...     lengths[i] for b in batches for i in b if i >= 6)
+        (8, 8)
+
+    Args:
+        datasets: the sources, a sequence of sized datasets or a ``ConcatDataset``; the
+            batches index ``ConcatDataset(datasets)`` (also :attr:`dataset`).
+        weights: one non-negative number per source, not all 0 (0 pauses a source): the
+            shares of the **tokens**; only their ratios matter. A source whose lengths
+            sum to 0 cannot have a positive weight.
+        lengths: each sample's length in ``ConcatDataset(datasets)`` (a sequence, numpy
+            array or tensor of non-negative integers, ``sum(len(d) for d in datasets)``).
+        max_tokens: as for :class:`DistributedTokenBatchSampler`.
+        num_replicas: as for :class:`DistributedTokenBatchSampler`.
+        rank: as for :class:`DistributedTokenBatchSampler`.
+        shuffle: as for :class:`DistributedMixtureSampler` (``False`` reads each pass in
+            order; the windows are still sorted by length).
+        seed: as for :class:`DistributedMixtureSampler`.
+        epoch_length: positions (samples) per epoch; default: the sum of the sources' sizes.
+        tail: as for :class:`DistributedTokenBatchSampler` (default ``"uneven"``).
+        cost: as for :class:`DistributedTokenBatchSampler`.
+        auto_epoch: as for :class:`DistributedTokenBatchSampler`.
+        window: positions sorted together; default: the token sampler's default for
+            ``lengths`` and ``max_tokens``, at most ``epoch_length``. Smaller windows keep
+            the tokens' proportions closer per step and pad more.
+        group: as for :class:`DistributedTokenBatchSampler`.
+    """
+
+    def __init__(
+        self,
+        datasets: Any,
+        weights: Any,
+        lengths: Any,
+        max_tokens: int,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int | None = 0,
+        *,
+        epoch_length: int | None = None,
+        tail: Tail = "uneven",
+        cost: CostLike = "padded",
+        auto_epoch: bool = False,
+        window: int | None = None,
+        group: groups.Group = None,
+    ) -> None:
+        self.lengths = checked_lengths(lengths)
+        self.max_tokens = checks.positive("max_tokens", max_tokens)
+        _, sizes = checked_datasets(datasets)
+        if self.lengths.numel() != sum(sizes):
+            raise ValueError(
+                f"lengths must hold one length per sample of ConcatDataset(datasets) "
+                f"({sum(sizes)} samples in sources of sizes {list(sizes)}), got "
+                f"{self.lengths.numel()}"
+            )
+        starts = [sum(sizes[:d]) for d in range(len(sizes))]
+        #: Each source's total length (its tokens).
+        self.source_tokens = tuple(
+            length_sum(self.lengths[start : start + size])
+            for start, size in zip(starts, sizes, strict=True)
+        )
+        model = as_cost(cost)
+        self.cost = model.kind if model == TokenCost(model.kind) else model
+        self.length_sum = sum(self.source_tokens)
+        self._init_mixture(
+            datasets,
+            weights,
+            num_replicas,
+            rank,
+            shuffle,
+            seed,
+            epoch_length,
+            tail,
+            auto_epoch,
+            group,
+        )
+        self.window = (
+            min(default_window(self.lengths, self.max_tokens, self.length_sum), self.epoch_length)
+            if window is None
+            else checks.positive("window", window)
+        )
+        self._order: tuple[tuple[Any, ...], TokenOrder] | None = None
+        self._layouts = {}
+        self._warned_unequal = False
+        self._length_digest: str | None = None
+        if model.linear:
+            warn_over_budget(self.lengths, self.max_tokens, self.tail)
+        else:
+            warn_costly(self.lengths, self.max_tokens, model)
+
+    # Weights in tokens --------------------------------------------------------------------
+
+    def _parts(self, weights: tuple[float | int | Fraction, ...]) -> tuple[int, ...]:
+        for d, (weight, tokens) in enumerate(zip(weights, self.source_tokens, strict=True)):
+            if weight and not tokens:
+                raise ValueError(
+                    f"weights[{d}] is {weight!r} but the lengths of datasets[{d}] sum to 0: "
+                    "a source without tokens cannot be given a share of the tokens (give it "
+                    "weight 0)"
+                )
+        return sample_parts(parts(weights), self.sizes, self.source_tokens)
+
+    @property
+    def token_proportions(self) -> tuple[Fraction, ...]:
+        """Each source's expected share of the tokens from the current position on: its
+        share of the draws (:attr:`proportions`) times its mean length, normalised."""
+        current = self.schedule.segments[-1][1]
+        shares = [
+            Fraction(a * t, n) for a, t, n in zip(current, self.source_tokens, self.sizes, strict=True)
+        ]
+        total = sum(shares)
+        return tuple(share / total for share in shares)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As :meth:`DistributedMixtureSampler.load_state_dict`, and the state must be of
+        the same lengths, ``max_tokens``, cost and window (each refused naming the field);
+        :attr:`weights` become the exact token shares the loaded schedule draws."""
+        super().load_state_dict(state_dict)
+        self.weights = self.token_proportions
+
+    # Hooks: the token sampler's, over the mixture's stream ---------------------------------
+
+    def order(self) -> TokenOrder:
+        """The current epoch's order: the mixture's window of the stream, sorted and cut
+        by the token machinery (kept while the settings and the schedule stay the same)."""
+        stream = self._mixture_order()
+        key = (
+            stream.epoch,
+            stream.seed,
+            stream.shuffle,
+            stream.schedule,
+            stream.length,
+            self.max_tokens,
+            self.cost,
+            self.window,
+        )
+        if self._order is None or self._order[0] != key:
+            order = TokenOrder(
+                self.lengths,
+                self.max_tokens,
+                self.cost,
+                checks.positive("window", self.window),
+                shuffle=stream.shuffle,
+                seed=stream.seed,
+                epoch=stream.epoch,
+                permutation="feistel",
+                stream=stream,
+            )
+            self._order, self._layouts = (key, order), {}
+        return self._order[1]
+
+    def _plan(self, start: int) -> EpochPlan:
+        return DistributedTokenBatchSampler._plan(self, start)
+
+    def _order_fields(self) -> dict[str, int | str]:
+        return {
+            **_Mixture._order_fields(self),
+            **DistributedTokenBatchSampler._order_fields(self),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(sizes={list(self.sizes)}, weights={list(self.weights)}, "
+            f"max_tokens={self.max_tokens}, num_replicas={self.num_replicas}, "
+            f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
+            f"tail={self.tail!r}, cost={self.cost!r}, window={self.window}, "
+            f"epoch_length={self.epoch_length}, epoch={self.epoch})"
+        )
+
