@@ -15,7 +15,8 @@
   and ``cu_seqlens``;
 * :class:`DistributedMixtureSampler` / :class:`DistributedMixtureBatchSampler`: several
   datasets mixed by weight, exact at every prefix, each source once per pass, resumable
-  on any world size and reweightable mid-run;
+  on any world size and reweightable mid-run; :class:`DistributedMixtureTokenBatchSampler`:
+  a mixture under a token budget, its weights counted in tokens;
 * :func:`unshard` / :func:`gather_unsharded`: every sample's result exactly once, for
   exact distributed evaluation.
 
@@ -28,7 +29,11 @@ from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import EpochTypeError, SamplerWarning, SeedTypeError
 from samplers.consistency import InconsistentRanksError, RankFailedError
 from samplers.gather import gather_unsharded, unshard
-from samplers.mixture import DistributedMixtureBatchSampler, DistributedMixtureSampler
+from samplers.mixture import (
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
+)
 from samplers.plan import EpochPlan, ShardSizes
 from samplers.sampler import DistributedSampler
 from samplers.tokens.collate import packed_collate
@@ -41,6 +46,7 @@ __all__ = [
     "DistributedBatchSampler",
     "DistributedMixtureBatchSampler",
     "DistributedMixtureSampler",
+    "DistributedMixtureTokenBatchSampler",
     "DistributedPackedBatchSampler",
     "DistributedSampler",
     "DistributedSamplerWrapper",

@@ -2,17 +2,20 @@
 
 :mod:`~samplers.mixture.schedule` (which source each stream position draws from),
 :mod:`~samplers.mixture.order` (the epoch order over ``ConcatDataset(datasets)``),
-:mod:`~samplers.mixture.sampler` (the two samplers) and
+:mod:`~samplers.mixture.sampler` (the two samplers),
+:mod:`~samplers.mixture.tokens` (the mixture under a token budget, weights in tokens) and
 :mod:`~samplers.mixture.checks` (their argument checks).
 """
 
 from samplers.mixture.order import MixtureOrder
 from samplers.mixture.sampler import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.schedule import Schedule, parts
+from samplers.mixture.tokens import DistributedMixtureTokenBatchSampler
 
 __all__ = [
     "DistributedMixtureBatchSampler",
     "DistributedMixtureSampler",
+    "DistributedMixtureTokenBatchSampler",
     "MixtureOrder",
     "Schedule",
     "parts",

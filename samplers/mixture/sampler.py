@@ -76,6 +76,11 @@ class _Mixture(SamplerCore):
         """The schedule's integer parts (per sample) for checked ``weights``."""
         return parts(weights)
 
+    def _reweight_position(self, position: int) -> int:
+        """The stream position new weights take effect from, ``set_weights`` being called
+        at ``position``: that position itself."""
+        return position
+
     @property
     def proportions(self) -> tuple[Fraction, ...]:
         """The exact share of each source from the current position on (the weights
@@ -115,7 +120,9 @@ class _Mixture(SamplerCore):
                 checks.SamplerWarning,
                 stacklevel=2,
             )
-        self.schedule = self.schedule.changed(position, self._parts(values))
+        self.schedule = self.schedule.changed(
+            self._reweight_position(position), self._parts(values)
+        )
         self.weights = values
         self.load_state_dict(self.state_dict_with(current))
 

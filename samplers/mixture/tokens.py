@@ -50,21 +50,24 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
 
     Guarantees (over all ranks together, whatever the world size):
 
-    * **proportions in tokens, on average, exactly in draws**: source ``d`` is drawn at
-      the rate ``p_d`` = its token weight over its mean length (:attr:`proportions`),
-      so its expected share of the tokens is its weight (:attr:`token_proportions`
-      gives the exact share, after rounding the rates to multiples of 1/65536 at most).
-      The stream of draws is prefix-exact (as :class:`DistributedMixtureSampler`): after
-      ``k`` positions each source has ``c_d`` draws, ``|c_d - k * p_d| < 1``. Its tokens
-      are then exact at the end of each of its passes (a pass holds all its tokens) and
-      in between off by what a part of a shuffled pass is: at most
-      ``n_d * (max_d - min_d) / 4`` tokens, plus one mean length (``mean_d``) for the
-      draw count. Each **window** of ``window`` positions is sorted by length before
-      being cut, so these bounds hold at every window boundary; after any step the
-      batches handed out are the stream's whole windows plus part of the next, so add at
-      most ``window`` samples there. A single step can hold one source's samples only
-      (those of a length): proportions in tokens are a property of windows, not steps
-      (tests/test_mixture_tokens.py measures both);
+    * **proportions in tokens on average, exact in draws**: source ``d`` is drawn at the
+      rate ``p_d`` proportional to its token weight over its mean length ``mean_d``
+      (:attr:`proportions`), so its expected share of the tokens is its weight
+      (:attr:`token_proportions` gives the exact share, the rates being rounded to
+      multiples of 1/65536 at most). The stream of draws is prefix-exact (as
+      :class:`DistributedMixtureSampler`): after ``k`` positions each source has ``c_d``
+      draws, ``|c_d - k * p_d| < 1``. Its tokens are exact at the end of each of its
+      passes (a pass holds all its tokens) and in between off by what part of a
+      shuffled pass is: at every prefix of the stream, source ``d``'s tokens are within
+      ``mean_d + n_d * (max_d - min_d) / 4`` of ``k * p_d * mean_d`` (``n_d`` its size,
+      ``min_d``/``max_d`` its shortest and longest length). The batches hand out the
+      stream a **window** at a time, each window sorted by length and cut (as the token
+      sampler's), so after any step the bound holds plus the tokens of the part of one
+      window handed out (at most ``window * max_d``). Not per step: a step's batches
+      are neighbours in a window sorted by length and can come from one source.
+      Measured in tests/test_mixture_tokens.py (3 sources, mean lengths 55 to 1050, 4
+      ranks, window 1125): the token shares' largest deviation from the weights over
+      prefixes of a window or more is 0.088 (0.037 in the second epoch), per step 0.70;
     * **once per pass**: each source is read in passes, each a shuffle seeded from
       ``(seed, source, pass)``; each window holds exactly the stream's draws there, so a
       sample is handed out twice only in two passes of its source;
@@ -74,7 +77,8 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
     * **resume on any world size** from one number plus the weight schedule
       (:meth:`state_dict`; a state of another mixture, lengths, budget, cost or window
       is refused naming the field), and :meth:`set_weights` mid-run repeats nothing
-      and is reproduced by a resume.
+      and is reproduced by a resume. New weights take effect from the **next window
+      boundary** of the epoch (the window in progress keeps its samples and order).
 
     Epochs are windows of one stream, ``epoch_length`` positions each (default: the
     sources' total size), so the passes continue across epochs. With token weights
@@ -192,13 +196,22 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
                 )
         return sample_parts(parts(weights), self.sizes, self.source_tokens)
 
+    def _reweight_position(self, position: int) -> int:
+        """The next window boundary of the epoch (or its end): the windows before it,
+        one of which is partly handed out, keep their samples and their order."""
+        window = checks.positive("window", self.window)
+        epoch, within = divmod(position, self.epoch_length)
+        boundary = min(-(-within // window) * window, self.epoch_length)
+        return epoch * self.epoch_length + boundary
+
     @property
     def token_proportions(self) -> tuple[Fraction, ...]:
         """Each source's expected share of the tokens from the current position on: its
         share of the draws (:attr:`proportions`) times its mean length, normalised."""
         current = self.schedule.segments[-1][1]
         shares = [
-            Fraction(a * t, n) for a, t, n in zip(current, self.source_tokens, self.sizes, strict=True)
+            Fraction(a * t, n)
+            for a, t, n in zip(current, self.source_tokens, self.sizes, strict=True)
         ]
         total = sum(shares)
         return tuple(share / total for share in shares)
@@ -258,4 +271,3 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
             f"tail={self.tail!r}, cost={self.cost!r}, window={self.window}, "
             f"epoch_length={self.epoch_length}, epoch={self.epoch})"
         )
-
