@@ -13,6 +13,7 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 from samplers import (
     DistributedMixtureBatchSampler,
     DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
     DistributedSamplerWrapper,
 )
 from samplers.mixture.checks import checked_weights
@@ -29,6 +30,26 @@ def ours(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -
 def ours_batches(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return DistributedMixtureBatchSampler(
         datasets, weights, 2, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+def ours_tokens_window1(
+    datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """The token mixture where draws are tokens (every sample 3 long) and a window is one
+    sample (batches of one, in stream order): every mixture guarantee, per step."""
+    lengths = [3] * sum(len(d) for d in datasets)
+    return DistributedMixtureTokenBatchSampler(
+        datasets, weights, lengths, 4, num_replicas, rank, seed=seed, window=1
+    )
+
+
+def ours_tokens(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    """The token mixture on lengths from 1 to 40 in default windows (sorted by length):
+    its steps are not prefixes of the stream, so only elastic resume applies per step."""
+    lengths = [(i * 7919) % 40 + 1 for i in range(sum(len(d) for d in datasets))]
+    return DistributedMixtureTokenBatchSampler(
+        datasets, weights, lengths, 64, num_replicas, rank, seed=seed
     )
 
 

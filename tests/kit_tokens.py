@@ -1,6 +1,7 @@
 """The token samplers under each cost model, and the packed sampler, as the guarantee kit
 builds them (``MODULE:FACTORY`` factories: ``dsampler check kit_tokens:packed_uneven``
-with ``tests`` on the path).
+with ``tests`` on the path), and the token mixture with each source weighted by its
+tokens (``mixture_uneven``, ``mixture_pad``).
 
 The kit passes ``range(dataset_size)``; the lengths are derived from the dataset size, a
 long-tailed spread from 1 to 300 tokens, so batches and rows hold from one sample to
@@ -14,7 +15,12 @@ from typing import Any
 
 import torch
 
-from samplers import DistributedPackedBatchSampler, DistributedTokenBatchSampler, TokenCost
+from samplers import (
+    DistributedMixtureTokenBatchSampler,
+    DistributedPackedBatchSampler,
+    DistributedTokenBatchSampler,
+    TokenCost,
+)
 
 
 def lengths_of(dataset: Any) -> list[int]:
@@ -77,3 +83,34 @@ def packed_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped
 
 def packed_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
     return _packed(dataset, num_replicas, rank, seed, "pad")
+
+
+def _mixture(dataset: Any, num_replicas: int, rank: int, seed: int, tail: str) -> Any:
+    """The dataset cut into up to 3 sources, each weighted by its tokens: drawn in
+    proportion to its size, so an epoch is every sample once."""
+    size = len(dataset)
+    sizes = [n for n in (size - 2 * (size // 3), size // 3, size // 3) if n]
+    lengths = lengths_of(dataset)
+    starts = [sum(sizes[:d]) for d in range(len(sizes))]
+    weights = [sum(lengths[s : s + n]) for s, n in zip(starts, sizes, strict=True)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return DistributedMixtureTokenBatchSampler(
+            [range(n) for n in sizes],
+            weights,
+            lengths,
+            512,
+            num_replicas,
+            rank,
+            seed=seed,
+            cost=QUADRATIC,
+            tail=tail,
+        )
+
+
+def mixture_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _mixture(dataset, num_replicas, rank, seed, "uneven")
+
+
+def mixture_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _mixture(dataset, num_replicas, rank, seed, "pad")

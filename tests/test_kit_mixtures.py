@@ -3,8 +3,11 @@ counterexample in a deliberately wrong mixing sampler and in the peers' ways of 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import kit_mixtures
 import pytest
+import torch
 
 from samplers.testing import MIXTURES, Mixture, check_mixture, check_mixture_guarantee
 from samplers.testing.mixtures import elastic_resume, prefix_exact
@@ -14,7 +17,9 @@ def outcomes(factory) -> dict[str, bool | None]:
     return {result.guarantee: result.holds for result in check_mixture(factory)}
 
 
-@pytest.mark.parametrize("factory", [kit_mixtures.ours, kit_mixtures.ours_batches])
+@pytest.mark.parametrize(
+    "factory", [kit_mixtures.ours, kit_mixtures.ours_batches, kit_mixtures.ours_tokens_window1]
+)
 def test_ours_hold_every_mixture_guarantee(factory) -> None:
     assert outcomes(factory) == dict.fromkeys(MIXTURES, True)
 
@@ -50,3 +55,34 @@ def test_the_checks_run_on_one_mixture_directly() -> None:
     elastic_resume(kit_mixtures.ours, mixture)
     with pytest.raises(AssertionError, match="mixture-prefix-exact"):
         prefix_exact(kit_mixtures.peer_concat_stock, Mixture(sizes=(1, 3), weights=(1, 1)))
+
+
+def test_the_token_mixture_resumes_anywhere_and_its_steps_are_windows_not_prefixes() -> None:
+    """With lengths that differ and windows sorted by length, the token mixture keeps
+    elastic resume; the per-step guarantees in draws do not apply, and the search shows
+    why in the smallest mixtures: weights count tokens (equal token weights over lengths
+    1 and 40 draw 40 to 1), and a window holding the end of one pass and the start of the
+    next hands them out in length order, not pass by pass."""
+    found = {r.guarantee: r for r in check_mixture(kit_mixtures.ours_tokens)}
+    assert found["mixture-elastic-resume"].holds is True
+    prefix = found["mixture-prefix-exact"].counterexample
+    assert prefix is not None and prefix["sizes"] == (1, 1) and prefix["weights"] == (1, 1)
+    sampler = kit_mixtures.ours_tokens([range(1), range(1)], [1, 1], 1, 0, 0)
+    assert sampler.lengths.tolist() == [1, 40] and sampler.proportions == (
+        Fraction(40, 41),
+        Fraction(1, 41),
+    )
+    passes = found["mixture-once-per-pass"].counterexample
+    assert passes is not None and "repeats index" in passes["what"]
+    sizes, weights = passes["sizes"], passes["weights"]
+    sampler = kit_mixtures.ours_tokens(
+        [range(n) for n in sizes], list(weights), 1, 0, passes["seed"]
+    )
+    draws = sampler.order().stream.stream_at(torch.arange(3 * sum(sizes))).tolist()
+    for d, size in enumerate(sizes):
+        offset = sum(sizes[:d])
+        mine = [i for i in draws if offset <= i < offset + size]
+        assert all(
+            len(set(mine[k : k + size])) == len(mine[k : k + size])
+            for k in range(0, len(mine), size)
+        )

@@ -50,3 +50,17 @@ def test_pad_gives_equal_steps_and_resumes(name: str, guarantee: str) -> None:
     factory = getattr(kit_tokens, f"{name}_pad")
     for configuration in CONFIGURATIONS:
         CHECKS[guarantee](factory, configuration)
+
+
+# The token mixture needs a sample per source (no empty dataset): every size from 1.
+@pytest.mark.filterwarnings("ignore:.*tail='uneven'. gives ranks:UserWarning")
+@pytest.mark.parametrize("guarantee", UNEVEN)
+def test_the_token_mixture_weighted_by_tokens_gives_every_sample_once(guarantee: str) -> None:
+    for configuration in CONFIGURATIONS[1:]:
+        CHECKS[guarantee](kit_tokens.mixture_uneven, configuration)
+
+
+@pytest.mark.parametrize("guarantee", PAD)
+def test_the_token_mixture_gives_equal_steps_and_resumes(guarantee: str) -> None:
+    for configuration in CONFIGURATIONS[1:]:
+        CHECKS[guarantee](kit_tokens.mixture_pad, configuration)
