@@ -383,3 +383,28 @@ def test_token_weights_of_the_sources_totals_give_every_sample_once() -> None:
     for world in (1, 3):
         samplers = ranks(world, weights=totals)
         assert sorted(flat(steps_of(samplers))) == list(range(sum(SIZES)))
+
+
+def test_a_pickled_sampler_gives_the_same_batches_and_len_matches() -> None:
+    """As a DataLoader worker receives it: pickled with its settings and schedule, its
+    plans computed again."""
+    sampler = ranks(3)[1]
+    sampler.set_weights([1, 1, 1])
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy.schedule == sampler.schedule
+    batches = list(sampler)
+    assert list(copy) == batches and len(copy) == len(batches)
+
+
+def test_without_shuffling_each_pass_is_read_in_order() -> None:
+    sampler = ranks(1, shuffle=False)[0]
+    draws = sampler.order().stream.at(torch.arange(sampler.epoch_length)).tolist()
+    for offset, size in zip(OFFSETS, SIZES, strict=True):
+        mine = [i - offset for i in draws if offset <= i < offset + size]
+        assert mine == [k % size for k in range(len(mine))]
+
+
+def test_the_settings_ranks_compare_hold_the_schedule_and_the_budget() -> None:
+    settings = ranks(1)[0].settings()
+    assert settings["sizes"] == list(SIZES) and settings["max_tokens"] == BUDGET
+    assert settings["schedule"][0][0] == 0 and "length digest" in settings
