@@ -196,6 +196,19 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
                 )
         return sample_parts(parts(weights), self.sizes, self.source_tokens)
 
+    def set_weights(self, weights: Any) -> None:
+        """Share the **tokens** in proportion to ``weights`` from the next window boundary
+        of the epoch on (the window in progress keeps its samples and its order; at a
+        boundary, from there).
+
+        Otherwise as :meth:`DistributedMixtureSampler.set_weights`: every source's pass
+        stays where it is, the change is in the state and a resume reproduces it, a
+        ``SamplerWarning`` during an iteration, and a ``ValueError`` naming the weight for
+        a negative, NaN or infinite weight, the wrong count, all zero, or a positive
+        weight on a source whose lengths sum to 0.
+        """
+        super().set_weights(weights)
+
     def _reweight_position(self, position: int) -> int:
         """The next window boundary of the epoch (or its end): the windows before it,
         one of which is partly handed out, keep their samples and their order."""
