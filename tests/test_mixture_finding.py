@@ -30,6 +30,34 @@ def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
     }
 
 
+def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> None:
+    def rows(name: str) -> pd.DataFrame:
+        return frame[frame["sampler"] == name].reset_index(drop=True)
+
+    # The default stopping strategy ends the mix when its smallest source runs out.
+    assert (rows(mixtures.HF_MAP)["samples in the epoch"] < mixtures.LENGTH).all()
+    whole = [mixtures.HF_MAP_ALL, mixtures.HF_STREAM, mixtures.HF_SPLIT_FIRST]
+    for name in whole:
+        row = rows(name)
+        assert (row["samples in the epoch"] == mixtures.LENGTH).all(), name
+        # Resumed on the other world size (state_dict, or skipping the steps done), every
+        # all_exhausted mix loses and repeats samples, and a rebuilt mix with the new
+        # probabilities repeats samples within a pass.
+        assert (row["resumed: samples lost"] > 0).all(), name
+        assert (row["resumed: samples repeated"] > 0).all(), name
+        assert (row["reweighted: repeats within a pass"].astype(int) > 0).all(), name
+    # A Dataset's mix cut in contiguous chunks repeats samples within a pass.
+    assert (rows(mixtures.HF_MAP_ALL)["repeats within a pass"] > 0).all()
+    # Every rank of a streamed mix draws with the same seed: a step is further off than
+    # any of ours.
+    step = "largest deviation within a step (samples)"
+    assert rows(mixtures.HF_STREAM)[step].max() > rows(mixtures.OURS)[step].max()
+    # datasets#7868's order (split each source, then mix) gives the same rows as splitting
+    # the mix, in the installed datasets.
+    measures = [column for column in frame.columns if column != "sampler"]
+    assert rows(mixtures.HF_SPLIT_FIRST)[measures].equals(rows(mixtures.HF_STREAM)[measures])
+
+
 def test_the_measures_on_hand_made_streams() -> None:
     # Sources 0 and 1 of sizes 20 and 60, weights 3 : 1 of 6 sources (3/10 and 1/10).
     weights = (3, 1, 0, 0, 0, 0)
@@ -38,3 +66,7 @@ def test_the_measures_on_hand_made_streams() -> None:
     assert mixtures.largest_deviation([20, 21, 22], weights) == pytest.approx(2.25)
     assert mixtures.repeats_within_passes([0, 1, 0]) == 1
     assert mixtures.repeats_within_passes([*range(20), 0]) == 0  # a new pass
+    # Steps of 2 ranks against 1.5 and 0.5: (0, 20) is 1 and 1; (20, 21) is 0 and 2.
+    assert mixtures.largest_step_deviation([0, 20], weights, 2) == pytest.approx(0.5)
+    assert mixtures.largest_step_deviation([0, 20, 20, 21], weights, 2) == pytest.approx(1.5)
+    assert mixtures.largest_step_deviation([0], weights, 2) == 0.0  # no whole step
