@@ -36,18 +36,22 @@ def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> 
 
     # The default stopping strategy ends the mix when its smallest source runs out.
     assert (rows(mixtures.HF_MAP)["samples in the epoch"] < mixtures.LENGTH).all()
-    whole = [mixtures.HF_MAP_ALL, mixtures.HF_STREAM, mixtures.HF_SPLIT_FIRST]
+    whole = [mixtures.HF_MAP_ALL, mixtures.HF_MAP_ONCE, mixtures.HF_STREAM, mixtures.HF_SPLIT_FIRST]
     for name in whole:
         row = rows(name)
         assert (row["samples in the epoch"] == mixtures.LENGTH).all(), name
         # Resumed on the other world size (state_dict, or skipping the steps done), every
-        # all_exhausted mix loses and repeats samples, and a rebuilt mix with the new
+        # mix of a whole epoch loses and repeats samples, and a rebuilt mix with the new
         # probabilities repeats samples within a pass.
         assert (row["resumed: samples lost"] > 0).all(), name
         assert (row["resumed: samples repeated"] > 0).all(), name
         assert (row["reweighted: repeats within a pass"].astype(int) > 0).all(), name
-    # A Dataset's mix cut in contiguous chunks repeats samples within a pass.
+    # A Dataset's mix cut in contiguous chunks repeats samples within a pass; without
+    # replacement it repeats none and leaves the weights as its sources run out.
     assert (rows(mixtures.HF_MAP_ALL)["repeats within a pass"] > 0).all()
+    once = rows(mixtures.HF_MAP_ONCE)
+    assert (once["repeats within a pass"] == 0).all()
+    assert (once["largest deviation over all prefixes (samples)"] > 1).all()
     # Every rank of a streamed mix draws with the same seed: a step is further off than
     # any of ours.
     step = "largest deviation within a step (samples)"

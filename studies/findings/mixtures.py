@@ -43,6 +43,10 @@ STOCK = "ConcatDataset + stock DistributedSampler"
 TORCHDATA = "torchdata.nodes MultiNodeWeightedSampler over per-rank shards"
 HF_MAP = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, default stop)"
 HF_MAP_ALL = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, all_exhausted)"
+HF_MAP_ONCE = (
+    "datasets: interleave_datasets, then split_dataset_by_node "
+    "(Dataset, all_exhausted_without_replacement)"
+)
 HF_STREAM = (
     "datasets: interleave_datasets, then split_dataset_by_node (IterableDataset, all_exhausted)"
 )
@@ -225,19 +229,17 @@ class HuggingFace:
         self.dataset: Any = None
 
     def _build(self) -> Any:
-        from datasets import interleave_datasets
         from datasets.distributed import split_dataset_by_node
 
-        sources = _hf_sources(self.streaming)
+        sources = list(_hf_sources(self.streaming))
         if self.split_first:
             sources = [split_dataset_by_node(s, self.rank, self.world) for s in sources]
-        mixed = interleave_datasets(
-            sources,
-            probabilities=[w / sum(self.weights) for w in self.weights],
-            seed=SEED,
-            stopping_strategy=self.stopping,  # type: ignore[arg-type]
-        )
-        return mixed if self.split_first else split_dataset_by_node(mixed, self.rank, self.world)
+            return _hf_mix(sources, self.weights, self.stopping)
+        if self.streaming:
+            mixed = _hf_mix(sources, self.weights, self.stopping)
+        else:
+            mixed = _hf_dataset_mix(self.weights, self.stopping)
+        return split_dataset_by_node(mixed, self.rank, self.world)
 
     def __iter__(self) -> Any:
         self.dataset, self.taken = self._build(), 0
@@ -271,14 +273,37 @@ class HuggingFace:
         self.load_state_dict(state)
 
 
-def _hf_sources(streaming: bool) -> list[Any]:
+def _hf_mix(sources: list[Any], weights: Sequence[int], stopping: str) -> Any:
+    from datasets import interleave_datasets
+
+    return interleave_datasets(
+        sources,
+        probabilities=[w / sum(weights) for w in weights],
+        seed=SEED,
+        stopping_strategy=stopping,  # type: ignore[arg-type]
+    )
+
+
+@functools.cache
+def _hf_dataset_mix(weights: tuple[int, ...], stopping: str) -> Any:
+    """A ``Dataset`` s' mix, built once for all ranks (a ``Dataset`` is not changed by
+    splitting or reading it)."""
+    return _hf_mix(list(_hf_sources(False)), weights, stopping)
+
+
+@functools.cache
+def _hf_sources(streaming: bool) -> tuple[Any, ...]:
+    """The sources, built once: neither splitting, mixing, iterating nor loading a state
+    changes a ``Dataset`` or ``IterableDataset`` (each returns or iterates a new one)."""
     from datasets import Dataset
 
     sources = [
         Dataset.from_dict({"index": list(range(int(offset), int(offset) + size))})
         for offset, size in zip(OFFSETS, SIZES, strict=True)
     ]
-    return [s.to_iterable_dataset(num_shards=SHARDS) for s in sources] if streaming else sources
+    if streaming:
+        return tuple(s.to_iterable_dataset(num_shards=SHARDS) for s in sources)
+    return tuple(sources)
 
 
 BUILDERS: dict[str, Callable[..., Any]] = {
@@ -287,6 +312,9 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     TORCHDATA: Torchdata,
     HF_MAP: functools.partial(HuggingFace, stopping_strategy="first_exhausted"),
     HF_MAP_ALL: HuggingFace,
+    HF_MAP_ONCE: functools.partial(
+        HuggingFace, stopping_strategy="all_exhausted_without_replacement"
+    ),
     HF_STREAM: functools.partial(HuggingFace, streaming=True),
     HF_SPLIT_FIRST: functools.partial(HuggingFace, streaming=True, split_first=True),
     WEIGHTED: weighted,
@@ -383,10 +411,11 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
 
     short, whole = _rows(frame, HF_MAP), _rows(frame, HF_MAP_ALL)
     stream, first = _rows(frame, HF_STREAM), _rows(frame, HF_SPLIT_FIRST)
+    once = _rows(frame, HF_MAP_ONCE)
     step = "largest deviation within a step (samples)"
     measures = [c for c in frame.columns if c != "sampler"]
     same = stream[measures].reset_index(drop=True).equals(first[measures].reset_index(drop=True))
-    hugging = frame[frame["sampler"].isin((HF_MAP, HF_MAP_ALL, HF_STREAM, HF_SPLIT_FIRST))]
+    hugging = frame[frame["sampler"].str.startswith("datasets: ")]
     return (
         "Hugging Face's datasets (version "
         f"{datasets.__version__}) mixes with interleave_datasets, the weights as probabilities: "
@@ -400,7 +429,12 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
         f"{joined(sorted(set(short['samples in the epoch'])))} samples of the {LENGTH} "
         "an epoch should hold. With 'all_exhausted', split_dataset_by_node gives each rank a "
         "contiguous chunk of a Dataset's mix, which repeats "
-        f"{up_to(whole['repeats within a pass'])} samples within a pass; a streamed mix of "
+        f"{up_to(whole['repeats within a pass'])} samples within a pass. With "
+        "'all_exhausted_without_replacement' the mix repeats "
+        f"{up_to(once['repeats within a pass'])} samples within a pass and leaves the "
+        "weights as its sources run out: up to "
+        f"{once['largest deviation over all prefixes (samples)'].max():.1f} samples off at a "
+        "prefix. A streamed mix of "
         f"sources in {SHARDS} shards each gives each rank whole shards, every rank drawing "
         "sources with the same seed, and one step's items are up to "
         f"{stream[step].max():.1f} samples off the step's target "
