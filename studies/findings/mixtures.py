@@ -293,8 +293,8 @@ def _hf_dataset_mix(weights: tuple[int, ...], stopping: str) -> Any:
 
 @functools.cache
 def _hf_sources(streaming: bool) -> tuple[Any, ...]:
-    """The sources, built once: neither splitting, mixing, iterating nor loading a state
-    changes a ``Dataset`` or ``IterableDataset`` (each returns or iterates a new one)."""
+    """The sources, built once per process: splitting, mixing and reading them make or
+    iterate new datasets and leave these as they are."""
     from datasets import Dataset
 
     sources = [
