@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -74,3 +79,22 @@ def test_the_measures_on_hand_made_streams() -> None:
     assert mixtures.largest_step_deviation([0, 20], weights, 2) == pytest.approx(0.5)
     assert mixtures.largest_step_deviation([0, 20, 20, 21], weights, 2) == pytest.approx(1.5)
     assert mixtures.largest_step_deviation([0], weights, 2) == 0.0  # no whole step
+
+
+def test_the_findings_import_datasets_only_when_the_mix_is_built() -> None:
+    """datasets (the peers extra) is imported by the rows that use it, not by importing
+    the findings, so the report's argument checks and --help run without it."""
+    script = (
+        "import sys\nimport studies.findings as findings\nfindings.modules()\n"
+        "print('datasets' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.split() == ["False"]
