@@ -19,7 +19,16 @@ __all__ = ["EXTRAS", "MissingExtra", "missing", "require"]
 #: Top-level modules each extra of ``pyproject.toml`` provides, as imported.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "study": ("pandas", "matplotlib", "tabulate", "tqdm", "psutil", "hypothesis"),
-    "peers": ("torchdata", "lightning", "accelerate", "mmengine", "transformers", "ray", "lhotse"),
+    "peers": (
+        "torchdata",
+        "lightning",
+        "accelerate",
+        "mmengine",
+        "transformers",
+        "ray",
+        "lhotse",
+        "datasets",
+    ),
 }
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -30,6 +35,38 @@ def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
     }
 
 
+def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> None:
+    def rows(name: str) -> pd.DataFrame:
+        return frame[frame["sampler"] == name].reset_index(drop=True)
+
+    # The default stopping strategy ends the mix when its smallest source runs out.
+    assert (rows(mixtures.HF_MAP)["samples in the epoch"] < mixtures.LENGTH).all()
+    whole = [mixtures.HF_MAP_ALL, mixtures.HF_MAP_ONCE, mixtures.HF_STREAM, mixtures.HF_SPLIT_FIRST]
+    for name in whole:
+        row = rows(name)
+        assert (row["samples in the epoch"] == mixtures.LENGTH).all(), name
+        # Resumed on the other world size (state_dict, or skipping the steps done), every
+        # mix of a whole epoch loses and repeats samples, and a rebuilt mix with the new
+        # probabilities repeats samples within a pass.
+        assert (row["resumed: samples lost"] > 0).all(), name
+        assert (row["resumed: samples repeated"] > 0).all(), name
+        assert (row["reweighted: repeats within a pass"].astype(int) > 0).all(), name
+    # A Dataset's mix cut in contiguous chunks repeats samples within a pass; without
+    # replacement it repeats none and leaves the weights as its sources run out.
+    assert (rows(mixtures.HF_MAP_ALL)["repeats within a pass"] > 0).all()
+    once = rows(mixtures.HF_MAP_ONCE)
+    assert (once["repeats within a pass"] == 0).all()
+    assert (once["largest deviation over all prefixes (samples)"] > 1).all()
+    # Every rank of a streamed mix draws with the same seed: a step is further off than
+    # any of ours.
+    step = "largest deviation within a step (samples)"
+    assert rows(mixtures.HF_STREAM)[step].max() > rows(mixtures.OURS)[step].max()
+    # datasets#7868's order (split each source, then mix) gives the same rows as splitting
+    # the mix, in the installed datasets.
+    measures = [column for column in frame.columns if column != "sampler"]
+    assert rows(mixtures.HF_SPLIT_FIRST)[measures].equals(rows(mixtures.HF_STREAM)[measures])
+
+
 def test_the_measures_on_hand_made_streams() -> None:
     # Sources 0 and 1 of sizes 20 and 60, weights 3 : 1 of 6 sources (3/10 and 1/10).
     weights = (3, 1, 0, 0, 0, 0)
@@ -38,3 +75,26 @@ def test_the_measures_on_hand_made_streams() -> None:
     assert mixtures.largest_deviation([20, 21, 22], weights) == pytest.approx(2.25)
     assert mixtures.repeats_within_passes([0, 1, 0]) == 1
     assert mixtures.repeats_within_passes([*range(20), 0]) == 0  # a new pass
+    # Steps of 2 ranks against 1.5 and 0.5: (0, 20) is 1 and 1; (20, 21) is 0 and 2.
+    assert mixtures.largest_step_deviation([0, 20], weights, 2) == pytest.approx(0.5)
+    assert mixtures.largest_step_deviation([0, 20, 20, 21], weights, 2) == pytest.approx(1.5)
+    assert mixtures.largest_step_deviation([0], weights, 2) == 0.0  # no whole step
+
+
+def test_the_findings_import_datasets_only_when_the_mix_is_built() -> None:
+    """datasets (the peers extra) is imported by the rows that use it, not by importing
+    the findings, so the report's argument checks and --help run without it."""
+    script = (
+        "import sys\nimport studies.findings as findings\nfindings.modules()\n"
+        "print('datasets' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.split() == ["False"]

@@ -3,6 +3,7 @@ every prefix, repeats within a pass, resuming on another world size, and reweigh
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -16,13 +17,13 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedMixtureSampler, DistributedSamplerWrapper
 from studies.findings import Evidence, Table
-from studies.findings.wording import count_of, joined
+from studies.findings.wording import count_of, joined, up_to
 
 NAME = "mixtures"
 TITLE = "Mixing datasets by weight: proportions, passes, resume and reweighting"
 GUARDED_BY = "tests/test_mixture_finding.py::test_the_claim_holds_in_the_table"
 SLOW = True
-SECONDS = 15
+SECONDS = 70
 
 #: Six sources whose sizes span three orders of magnitude, and their weights.
 SIZES = (20, 60, 300, 1000, 3000, 10000)
@@ -40,6 +41,21 @@ MEGATRON = "Megatron-style blend (reimplemented from its published algorithm)"
 WEIGHTED = "WeightedRandomSampler in our DistributedSamplerWrapper"
 STOCK = "ConcatDataset + stock DistributedSampler"
 TORCHDATA = "torchdata.nodes MultiNodeWeightedSampler over per-rank shards"
+HF_MAP = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, default stop)"
+HF_MAP_ALL = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, all_exhausted)"
+HF_MAP_ONCE = (
+    "datasets: interleave_datasets, then split_dataset_by_node "
+    "(Dataset, all_exhausted_without_replacement)"
+)
+HF_STREAM = (
+    "datasets: interleave_datasets, then split_dataset_by_node (IterableDataset, all_exhausted)"
+)
+HF_SPLIT_FIRST = (
+    "datasets: split_dataset_by_node, then interleave_datasets (IterableDataset, all_exhausted)"
+)
+#: Shards of each streamed source: a multiple of every world size, so that
+#: ``split_dataset_by_node`` hands each rank whole shards (its documented fast case).
+SHARDS = 8
 #: The reweighting cells of a sampler without ``set_weights``.
 NOT_REWEIGHTED = "no set_weights"
 
@@ -63,6 +79,18 @@ def largest_deviation(stream: Sequence[int], weights: Sequence[int]) -> float:
     counts = np.cumsum(np.eye(len(SIZES), dtype=np.int64)[sources], axis=0)
     k = np.arange(1, len(stream) + 1)[:, None]
     return float(np.abs(counts - k * shares).max())
+
+
+def largest_step_deviation(stream: Sequence[int], weights: Sequence[int], world: int) -> float:
+    """max over whole steps (``world`` items, one a rank) and sources d of
+    |count_d(step) - world * share_d| (in samples)."""
+    whole = len(stream) // world * world
+    if not whole:
+        return 0.0
+    sources = _source(stream[:whole]).reshape(-1, world)
+    counts = np.stack([(sources == d).sum(axis=1) for d in range(len(SIZES))], axis=1)
+    shares = np.asarray(weights, dtype=np.float64) / sum(weights)
+    return float(np.abs(counts - world * shares).max())
 
 
 def repeats_within_passes(stream: Sequence[int]) -> int:
@@ -168,17 +196,135 @@ class Torchdata:
         return itertools.islice(nodes.Loader(node), count)
 
 
+class HuggingFace:
+    """Hugging Face ``datasets`` (the ``peers`` extra): the sources as in-memory
+    ``Dataset`` s of one ``index`` column (or their ``to_iterable_dataset`` in ``SHARDS``
+    shards), mixed by ``interleave_datasets`` with the weights as ``probabilities`` and
+    the seed, split over ranks by ``split_dataset_by_node`` after the mix (or, as in
+    datasets#7868, each source split before it). Each rank reads its split in order and
+    takes its share of the epoch's length (all of its split when that is shorter).
+
+    It has no way to change the probabilities or the world size of a mix; what a user
+    does stands in for both. The state is what a training loop keeps: the steps and
+    samples done, and for an ``IterableDataset`` its ``state_dict()``. A resume, or a
+    reweight (the mix rebuilt with the new probabilities), loads that ``state_dict()``
+    into the new dataset; a ``Dataset`` has none, so its loader skips the steps done
+    (as the Trainer's ``skip_first_batches`` does), on whatever world size.
+    """
+
+    def __init__(
+        self,
+        world: int,
+        rank: int,
+        weights: Sequence[int] = WEIGHTS,
+        *,
+        streaming: bool = False,
+        split_first: bool = False,
+        stopping_strategy: str = "all_exhausted",
+    ) -> None:
+        self.world, self.rank, self.weights = world, rank, tuple(weights)
+        self.streaming, self.split_first, self.stopping = streaming, split_first, stopping_strategy
+        self.start = self.skip = self.taken = 0
+        self.saved: dict[str, Any] | None = None
+        self.dataset: Any = None
+
+    def _build(self) -> Any:
+        from datasets.distributed import split_dataset_by_node
+
+        sources = list(_hf_sources(self.streaming))
+        if self.split_first:
+            sources = [split_dataset_by_node(s, self.rank, self.world) for s in sources]
+            return _hf_mix(sources, self.weights, self.stopping)
+        if self.streaming:
+            mixed = _hf_mix(sources, self.weights, self.stopping)
+        else:
+            mixed = _hf_dataset_mix(self.weights, self.stopping)
+        return split_dataset_by_node(mixed, self.rank, self.world)
+
+    def __iter__(self) -> Any:
+        self.dataset, self.taken = self._build(), 0
+        if self.saved is not None:
+            self.dataset.load_state_dict(self.saved)
+        rows = itertools.islice(self.dataset, self.skip, None)
+        return self._counted(
+            itertools.islice(rows, len(range(self.start + self.rank, LENGTH, self.world)))
+        )
+
+    def _counted(self, rows: Any) -> Any:
+        for row in rows:
+            self.taken += 1
+            yield int(row["index"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.skip + self.taken,
+            "samples": self.start + self.taken * self.world,
+            "dataset": self.dataset.state_dict() if self.streaming else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.start, self.saved = state["samples"], state["dataset"]
+        self.skip = 0 if self.streaming else state["steps"]
+
+    def set_weights(self, weights: Sequence[int]) -> None:
+        """What a user does: the mix rebuilt with the new probabilities, from the state."""
+        state = self.state_dict()
+        self.weights = tuple(weights)
+        self.load_state_dict(state)
+
+
+def _hf_mix(sources: list[Any], weights: Sequence[int], stopping: str) -> Any:
+    from datasets import interleave_datasets
+
+    return interleave_datasets(
+        sources,
+        probabilities=[w / sum(weights) for w in weights],
+        seed=SEED,
+        stopping_strategy=stopping,  # type: ignore[arg-type]
+    )
+
+
+@functools.cache
+def _hf_dataset_mix(weights: tuple[int, ...], stopping: str) -> Any:
+    """A ``Dataset`` s' mix, built once for all ranks (a ``Dataset`` is not changed by
+    splitting or reading it)."""
+    return _hf_mix(list(_hf_sources(False)), weights, stopping)
+
+
+@functools.cache
+def _hf_sources(streaming: bool) -> tuple[Any, ...]:
+    """The sources, built once per process: splitting, mixing and reading them make or
+    iterate new datasets and leave these as they are."""
+    from datasets import Dataset
+
+    sources = [
+        Dataset.from_dict({"index": list(range(int(offset), int(offset) + size))})
+        for offset, size in zip(OFFSETS, SIZES, strict=True)
+    ]
+    if streaming:
+        return tuple(s.to_iterable_dataset(num_shards=SHARDS) for s in sources)
+    return tuple(sources)
+
+
 BUILDERS: dict[str, Callable[..., Any]] = {
     OURS: ours,
     MEGATRON: Megatron,
     TORCHDATA: Torchdata,
+    HF_MAP: functools.partial(HuggingFace, stopping_strategy="first_exhausted"),
+    HF_MAP_ALL: HuggingFace,
+    HF_MAP_ONCE: functools.partial(
+        HuggingFace, stopping_strategy="all_exhausted_without_replacement"
+    ),
+    HF_STREAM: functools.partial(HuggingFace, streaming=True),
+    HF_SPLIT_FIRST: functools.partial(HuggingFace, streaming=True, split_first=True),
     WEIGHTED: weighted,
     STOCK: stock,
 }
 
 
 def _take(iterator: Any, count: int) -> list[int]:
-    return [int(next(iterator)) for _ in range(count)]
+    """The next ``count`` items (fewer when the iterator ends first)."""
+    return [int(item) for item in itertools.islice(iterator, count)]
 
 
 def measure(name: str, world: int) -> dict[str, Any]:
@@ -189,7 +335,9 @@ def measure(name: str, world: int) -> dict[str, Any]:
     row: dict[str, Any] = {
         "sampler": name,
         "ranks": world,
+        "samples in the epoch": len(epoch),
         "largest deviation over all prefixes (samples)": largest_deviation(epoch, WEIGHTS),
+        "largest deviation within a step (samples)": largest_step_deviation(epoch, WEIGHTS, world),
         "repeats within a pass": repeats_within_passes(epoch),
     }
     # Resume on the other world size.
@@ -253,6 +401,55 @@ def exact_rows(frame: pd.DataFrame) -> pd.Series:
     )
 
 
+def _rows(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    return frame[frame["sampler"] == name]
+
+
+def _hugging_face_prose(frame: pd.DataFrame) -> str:
+    """What the table says of ``datasets``' mixes, each number read from it."""
+    import datasets
+
+    short, whole = _rows(frame, HF_MAP), _rows(frame, HF_MAP_ALL)
+    stream, first = _rows(frame, HF_STREAM), _rows(frame, HF_SPLIT_FIRST)
+    once = _rows(frame, HF_MAP_ONCE)
+    step = "largest deviation within a step (samples)"
+    measures = [c for c in frame.columns if c != "sampler"]
+    same = stream[measures].reset_index(drop=True).equals(first[measures].reset_index(drop=True))
+    hugging = frame[frame["sampler"].str.startswith("datasets: ")]
+    return (
+        "Hugging Face's datasets (version "
+        f"{datasets.__version__}) mixes with interleave_datasets, the weights as probabilities: "
+        "a random source at each draw, each source read in its order (not shuffled here). "
+        "It has no resume on "
+        "another world size and no change of probabilities; its rows do what a user does: "
+        "a streamed mix (IterableDataset) loads rank 0's state_dict() into the new one, a "
+        "Dataset skips the steps done on each rank (as the Trainer does), and a reweight "
+        "rebuilds the mix with the new probabilities from that state. With the default "
+        "stopping_strategy ('first_exhausted') the mix ends when a source runs out: "
+        f"{joined(sorted(set(short['samples in the epoch'])))} samples of the {LENGTH} "
+        "an epoch should hold. With 'all_exhausted', split_dataset_by_node gives each rank a "
+        "contiguous chunk of a Dataset's mix, which repeats "
+        f"{up_to(whole['repeats within a pass'])} samples within a pass. With "
+        "'all_exhausted_without_replacement' the mix repeats "
+        f"{up_to(once['repeats within a pass'])} samples within a pass and leaves the "
+        "weights as its sources run out: up to "
+        f"{once['largest deviation over all prefixes (samples)'].max():.1f} samples off at a "
+        "prefix. A streamed mix of "
+        f"sources in {SHARDS} shards each gives each rank whole shards, every rank drawing "
+        "sources with the same seed, and one step's items are up to "
+        f"{stream[step].max():.1f} samples off the step's target "
+        f"(ours: up to {_rows(frame, OURS)[step].max():.1f}). Splitting each source before "
+        "the mix (the order of datasets#7868) gives "
+        + ("the same rows as splitting the mix" if same else "other rows than splitting the mix")
+        + ". On resume on another world size its mixes lose "
+        f"{up_to(hugging['resumed: samples lost'])} and repeat "
+        f"{up_to(hugging['resumed: samples repeated'])} samples; after the reweight they "
+        "repeat "
+        f"{up_to(pd.to_numeric(hugging['reweighted: repeats within a pass']))} samples "
+        "within a pass."
+    )
+
+
 def build() -> Evidence:
     frame = table()
     exact = exact_rows(frame)
@@ -282,9 +479,10 @@ def build() -> Evidence:
         "its sources' counts are those of the new weights' blend, not those consumed. "
         "A sampler without a state that carries over to another world size (the stock one, "
         "torchdata's) begins the epoch again on restart; "
-        f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). Time and memory to the "
-        "first index are not in this table (a finding's numbers must be deterministic); "
-        "Hugging Face's interleave_datasets is not measured here (datasets is not installed)."
+        f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). "
+        + _hugging_face_prose(frame)
+        + " Time and memory to the first index are not in this table (a finding's numbers "
+        "must be deterministic)."
     )
     return Evidence(
         claim,
