@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import ConcatDataset, DataLoader
 
+import samplers.mixture.passes
 import samplers.mixture.sampler
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.order import MixtureOrder
@@ -471,3 +472,22 @@ def test_a_pass_is_the_same_however_its_draws_are_grouped() -> None:
     together = order.within(source, draws).tolist()
     assert together == [alone[d, q][j] for d, q, j in mixed]
     assert alone[6, 0] != alone[6, 1]  # passes differ
+
+
+@pytest.mark.parametrize("budget", [1 << 17, 1 << 9, 1 << 5])
+def test_a_large_call_read_from_tables_gives_the_same_samples(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
+    across calls (and rebuilt or compacted past the budget); the samples are the ones
+    small calls, which compute every round directly, give."""
+    monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
+    sizes = (1, 3, 40, 700, 5000, (1 << 16) + 5)
+    order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)
+    small = [order.stream_at(torch.arange(lo, lo + 1000)) for lo in range(0, 60000, 1000)]
+    calls = [order.stream_at(torch.arange(lo, lo + 20000)) for lo in range(0, 60000, 20000)]
+    assert torch.equal(torch.cat(calls), torch.cat(small))
+    stored = order.pass_orders._store
+    assert stored.used <= budget
+    if budget == 1 << 17:
+        assert stored.used > 0  # the tables were read

@@ -7,7 +7,10 @@ source and pass, ``item -> sample`` is a bijection of ``[0, size)``, so within a
 sample repeats. How the items of a chunk are grouped (which sources and passes share a
 call, in what order) never changes a value, and a call costs O(1) tensor operations per
 item, whatever the number of sources or passes it touches: no Python work per source or
-per pass, and nothing held beyond one table of keys per source.
+per pass. A call of at least :data:`TABLED_MIN` elements reads each round's ``F`` from a
+table per ``(source, pass)`` (``F(key, x)`` for every right half ``x``: ``2**high``
+entries, the same values), kept across calls up to :data:`TABLE_BUDGET` entries per
+round; so what is held is bounded whatever the sources' sizes or the stream's length.
 
 The permutation is the Feistel network of :mod:`samplers.feistel` (its round function
 ``F``, eight rounds, the halves' widths, cycle-walking), with its round keys derived per
@@ -26,12 +29,22 @@ from typing import Any, cast
 
 import torch
 
-from samplers.feistel import ROUNDS, _mix64, _round_function, round_keys
+from samplers.feistel import _BLOCK, ROUNDS, _mix64, _round_function, round_keys
 
 __all__ = ["Passes", "source_seed"]
 
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
+#: Calls of at least this many elements read ``F`` from per-pass tables when those are
+#: small enough (:meth:`Passes._tabled`).
+TABLED_MIN = 1 << 12
+#: Sources whose wider half is at most this many bits (below 2**32 samples) are tabled.
+_TABLE_BITS = 16
+#: A call touching more ``(source, pass)`` groups than this is evaluated directly.
+_MAX_GROUPS = 4096
+#: The tables kept hold at most this many entries per round (int64: 8 MB for all rounds);
+#: past it they are rebuilt for the groups of the call at hand.
+TABLE_BUDGET = 1 << 17
 
 
 def _mix(key: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -62,16 +75,131 @@ class Passes:
         widths = [_widths(size) for size in sizes]
         self.high = torch.tensor([a for a, _ in widths], dtype=torch.int64)
         self.low = torch.tensor([b for _, b in widths], dtype=torch.int64)
+        self._high = [a for a, _ in widths]
+        self._store = _Tables()
 
     def items(self, source: torch.Tensor, passes: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
         """The sample at ``item`` of pass ``passes`` of ``source`` (int64 tensors, one
         value per element; ``0 <= item < size``)."""
+        if source.numel() >= TABLED_MIN:
+            tabled = self._tabled(source, passes, item)
+            if tabled is not None:
+                return tabled
+        return self._direct(source, passes, item)
+
+    def _pass_keys(self, source: torch.Tensor, passes: torch.Tensor) -> list[torch.Tensor]:
+        """The ``ROUNDS`` round keys of each ``(source, pass)``: the source's keys tweaked
+        by the pass words (see the module docstring)."""
         keys = [k.index_select(0, source) for k in self.keys]
         low = passes & _MASK32
         high = (passes >> 32) & _MASK32
         word = _mix(keys[0], _mix(keys[1], low) ^ high)
         words = word, _mix(keys[2], word)
-        round_keys_ = [k ^ words[r % 2] for r, k in enumerate(keys)]
+        return [k ^ words[r % 2] for r, k in enumerate(keys)]
+
+    def _tabled(
+        self, source: torch.Tensor, passes: torch.Tensor, item: torch.Tensor
+    ) -> torch.Tensor | None:
+        """:meth:`items` reading each round's ``F`` from a table per ``(source, pass)``
+        (``F(key, x) & mask(left)`` for every right half ``x``), kept across calls in
+        :class:`_Tables`; ``None`` when a source is too large for tables or the call
+        touches too many passes. The same values as :meth:`_direct`."""
+        count = len(self.high)
+        first = torch.full((count,), _MASK64 >> 1, dtype=torch.int64)
+        first.scatter_reduce_(0, source, passes, "amin")
+        last = torch.full((count,), -1, dtype=torch.int64)
+        last.scatter_reduce_(0, source, passes, "amax")
+        span = (last - first + 1).clamp_(min=0)
+        spans = span.tolist()
+        if sum(spans) > _MAX_GROUPS:
+            return None
+        starts = first.tolist()
+        wanted = [(d, starts[d] + k) for d, n in enumerate(spans) for k in range(n)]
+        if any(self._high[d] > _TABLE_BITS for d, _ in wanted):
+            return None
+        offsets = self._store.offsets(wanted, self)
+        if offsets is None:
+            return None
+        group_start = span.cumsum(0) - span
+        group = group_start.index_select(0, source) + (passes - first.index_select(0, source))
+        base = torch.tensor(offsets, dtype=torch.int64).index_select(0, group)
+        tables = self._store.tables
+        size = self.sizes.index_select(0, source)
+        low_bits = self.low.index_select(0, source)
+        low_mask = (torch.ones_like(low_bits) << low_bits) - 1
+        result = self._tabled_network(item, tables, base, low_bits, low_mask)
+        walking = (result >= size).nonzero()[:, 0]
+        while walking.numel():
+            value = self._tabled_network(
+                result.index_select(0, walking),
+                tables,
+                base.index_select(0, walking),
+                low_bits.index_select(0, walking),
+                low_mask.index_select(0, walking),
+            )
+            result.index_copy_(0, walking, value)
+            walking = walking.index_select(
+                0, (value >= size.index_select(0, walking)).nonzero()[:, 0]
+            )
+        return result
+
+    def build_tables(self, groups: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """The round tables of ``groups`` (``(source, pass)`` pairs), end to end, each
+        ``2**high`` entries long (the wider half), one tensor per round."""
+        group_source = torch.tensor([d for d, _ in groups], dtype=torch.int64)
+        group_pass = torch.tensor([q for _, q in groups], dtype=torch.int64)
+        keys = self._pass_keys(group_source, group_pass)
+        entries = torch.ones_like(group_source) << self.high.index_select(0, group_source)
+        offset = entries.cumsum(0) - entries
+        total = int(entries.sum())
+        # Each entry's group: a mark where each group after the first begins, summed up.
+        marks = torch.zeros(total, dtype=torch.int64)
+        marks.index_add_(0, offset[1:], torch.ones(len(groups) - 1, dtype=torch.int64))
+        entry_group = marks.cumsum(0)
+        tables = [torch.empty(total, dtype=torch.int64) for _ in range(ROUNDS)]
+        # A block at a time: below torch's threshold for intra-op parallelism, whose
+        # start-up on busy cores costs far more than the work.
+        for lo in range(0, total, _BLOCK):
+            block = entry_group[lo : lo + _BLOCK]
+            x = torch.arange(lo, lo + block.numel()) - offset.index_select(0, block)
+            entry_source = group_source.index_select(0, block)
+            one = torch.ones_like(entry_source)
+            masks = (  # the left half's mask, by the round's parity
+                (one << self.high.index_select(0, entry_source)) - 1,
+                (one << self.low.index_select(0, entry_source)) - 1,
+            )
+            for r, (k, table) in enumerate(zip(keys, tables, strict=True)):
+                table[lo : lo + block.numel()] = _mix(k.index_select(0, block), x) & masks[r % 2]
+        return tables
+
+    def table_length(self, source: int) -> int:
+        """How many entries a round table of ``source`` holds."""
+        return 1 << self._high[source]
+
+    @staticmethod
+    def _tabled_network(
+        x: torch.Tensor,
+        tables: list[torch.Tensor],
+        base: torch.Tensor,
+        low: torch.Tensor,
+        low_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The eight rounds, each ``F`` read from its table at ``base + right``."""
+        left = x >> low
+        right = x & low_mask
+        index = torch.empty_like(x)
+        for table in tables:
+            torch.add(right, base, out=index)
+            mixed = table.index_select(0, index)
+            mixed ^= left
+            left, right = right, mixed
+        return (left << low) | right
+
+    def _direct(
+        self, source: torch.Tensor, passes: torch.Tensor, item: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`items`, each round's ``F`` computed from the element's key."""
+        round_keys_ = self._pass_keys(source, passes)
         halves = self.high.index_select(0, source), self.low.index_select(0, source)
         size = self.sizes.index_select(0, source)
         result = self._network(item, round_keys_, *halves)
@@ -105,3 +233,63 @@ class Passes:
             left, right = right, left ^ mixed
             left_mask, right_mask = right_mask, left_mask
         return (left << low) | right
+
+
+class _Tables:
+    """Round tables of recently used ``(source, pass)`` groups, end to end, one tensor per
+    round, with where each group begins. They hold at most :data:`TABLE_BUDGET` entries
+    per round: past it, they start again from the groups asked for (a source's passes
+    only move forward, so the groups dropped are mostly done)."""
+
+    def __init__(self) -> None:
+        self.where: dict[tuple[int, int], int] = {}
+        self.tables: list[torch.Tensor] = []
+        self.used = 0
+
+    def offsets(self, groups: list[tuple[int, int]], passes: Passes) -> list[int] | None:
+        """Where each of ``groups`` begins in :attr:`tables`, building the missing ones;
+        ``None`` when their tables alone would exceed the budget."""
+        missing = [g for g in groups if g not in self.where]
+        if missing:
+            length = sum(passes.table_length(d) for d, _ in missing)
+            if self.used + length > TABLE_BUDGET:
+                self._keep(set(groups), passes)
+                if self.used + length > TABLE_BUDGET:
+                    self.where, self.used = {}, 0
+                    missing = groups
+                    length = sum(passes.table_length(d) for d, _ in missing)
+                    if length > TABLE_BUDGET:
+                        return None  # more than the budget for this call alone
+            capacity = self.tables[0].numel() if self.tables else 0
+            if self.used + length > capacity:
+                grown = min(max(2 * capacity, 2 * (self.used + length), 1 << 12), TABLE_BUDGET)
+                fresh = [torch.empty(grown, dtype=torch.int64) for _ in range(ROUNDS)]
+                for old, new in zip(self.tables, fresh, strict=False):
+                    new[: self.used] = old[: self.used]
+                self.tables = fresh
+            built = passes.build_tables(missing)
+            for table, new in zip(self.tables, built, strict=True):
+                table[self.used : self.used + length] = new
+            for d, q in missing:
+                self.where[d, q] = self.used
+                self.used += passes.table_length(d)
+        return [self.where[g] for g in groups]
+
+    def _keep(self, groups: set[tuple[int, int]], passes: Passes) -> None:
+        """Drop every group but ``groups``, moving the kept ones to the front."""
+        kept = [(g, at) for g, at in self.where.items() if g in groups]
+        if not kept:
+            self.where, self.used = {}, 0
+            return
+        entries = [passes.table_length(d) for (d, _), _ in kept]
+        moved = [torch.empty_like(table) for table in self.tables]
+        used = 0
+        for (_, at), n in zip(kept, entries, strict=True):
+            for old, new in zip(self.tables, moved, strict=True):
+                new[used : used + n] = old[at : at + n]
+            used += n
+        self.tables = moved
+        self.where, self.used = {}, 0
+        for ((d, q), _), n in zip(kept, entries, strict=True):
+            self.where[d, q] = self.used
+            self.used += n
