@@ -287,7 +287,9 @@ def load(path: Path = RECORDED) -> dict[str, Any]:
 
 
 def in_process() -> None:
-    """The bounded in-process measurement (see the module docstring), printed."""
+    """The bounded in-process measurement (see the module docstring), printed, on
+    :data:`THREADS` intra-op thread(s) as the recorded one."""
+    torch.set_num_threads(THREADS)
     print(f"load average: {os.getloadavg()}, torch threads: {torch.get_num_threads()}")
     print(json.dumps([first_index(10**6), first_index(10**9)], indent=1))
     for total in (10**6, 10**7):

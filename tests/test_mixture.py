@@ -479,13 +479,15 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     budget: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
-    across calls (and rebuilt or compacted past the budget); the samples are the ones
-    small calls, which compute every round directly, give."""
+    across calls (and rebuilt or compacted past the budget), and calls above the block
+    size are evaluated a block at a time; the samples are the ones small calls, which
+    compute every round directly, give."""
     monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
     sizes = (1, 3, 40, 700, 5000, (1 << 16) + 5)
     order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)
     small = [order.stream_at(torch.arange(lo, lo + 1000)) for lo in range(0, 60000, 1000)]
-    calls = [order.stream_at(torch.arange(lo, lo + 20000)) for lo in range(0, 60000, 20000)]
+    # A call below the block size, and one above it (evaluated a block at a time).
+    calls = [order.stream_at(torch.arange(0, 20000)), order.stream_at(torch.arange(20000, 60000))]
     assert torch.equal(torch.cat(calls), torch.cat(small))
     stored = order.pass_orders._store
     assert stored.used <= budget

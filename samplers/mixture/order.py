@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from samplers.feistel import _BLOCK
 from samplers.mixture.passes import Passes, source_seed
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
@@ -34,6 +35,8 @@ __all__ = ["MixtureOrder", "source_seed"]
 @dataclass(frozen=True)
 class MixtureOrder(Order):
     """Epoch ``epoch`` of the stream (``length`` positions from ``epoch * length``)."""
+
+    blockwise = True
 
     sizes: tuple[int, ...]
     schedule: Schedule
@@ -74,9 +77,22 @@ class MixtureOrder(Order):
         return self.stream_at(positions + self.first)
 
     def stream_at(self, positions: torch.Tensor) -> torch.Tensor:
-        """ConcatDataset indices at stream positions."""
-        source, drawn = self.schedule.locate(positions)
-        return self.offsets.index_select(0, source) + self.within(source, drawn)
+        """ConcatDataset indices at stream positions (a large call is evaluated
+        :data:`~samplers.feistel._BLOCK` positions at a time, below torch's threshold for
+        intra-op parallelism; the passes' tables serve the whole call)."""
+        length = positions.numel()
+        if length <= _BLOCK:
+            source, drawn = self.schedule.locate(positions)
+            return self.offsets.index_select(0, source) + self.within(source, drawn)
+        source, drawn = torch.empty_like(positions), torch.empty_like(positions)
+        for lo in range(0, length, _BLOCK):
+            source[lo : lo + _BLOCK], drawn[lo : lo + _BLOCK] = self.schedule.locate(
+                positions[lo : lo + _BLOCK]
+            )
+        result = self.within(source, drawn)
+        for lo in range(0, length, _BLOCK):
+            result[lo : lo + _BLOCK] += self.offsets.index_select(0, source[lo : lo + _BLOCK])
+        return result
 
     def passes(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(source, pass, item of the pass) at stream positions."""
@@ -86,9 +102,20 @@ class MixtureOrder(Order):
 
     def within(self, source: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """The index within its source of each source's ``drawn``-th draw."""
-        sizes = self.sizes_tensor.index_select(0, source)
-        pass_number = torch.div(drawn, sizes, rounding_mode="floor")
-        item = drawn - pass_number * sizes
+        pass_number, item = torch.empty_like(drawn), torch.empty_like(drawn)
+        for lo in range(0, drawn.numel(), _BLOCK):
+            sizes = self.sizes_tensor.index_select(0, source[lo : lo + _BLOCK])
+            torch.div(
+                drawn[lo : lo + _BLOCK],
+                sizes,
+                rounding_mode="floor",
+                out=pass_number[lo : lo + _BLOCK],
+            )
+            torch.sub(
+                drawn[lo : lo + _BLOCK],
+                pass_number[lo : lo + _BLOCK] * sizes,
+                out=item[lo : lo + _BLOCK],
+            )
         if not self.shuffle:
             return item
         return self.pass_orders.items(source, pass_number, item)

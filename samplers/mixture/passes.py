@@ -76,6 +76,7 @@ class Passes:
         self.high = torch.tensor([a for a, _ in widths], dtype=torch.int64)
         self.low = torch.tensor([b for _, b in widths], dtype=torch.int64)
         self._high = [a for a, _ in widths]
+        self._low_masks = (torch.ones_like(self.low) << self.low) - 1
         self._store = _Tables()
 
     def items(self, source: torch.Tensor, passes: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
@@ -85,7 +86,14 @@ class Passes:
             tabled = self._tabled(source, passes, item)
             if tabled is not None:
                 return tabled
-        return self._direct(source, passes, item)
+        if source.numel() <= _BLOCK:
+            return self._direct(source, passes, item)
+        return torch.cat(
+            [
+                self._direct(*(t[lo : lo + _BLOCK] for t in (source, passes, item)))
+                for lo in range(0, source.numel(), _BLOCK)
+            ]
+        )
 
     def _pass_keys(self, source: torch.Tensor, passes: torch.Tensor) -> list[torch.Tensor]:
         """The ``ROUNDS`` round keys of each ``(source, pass)``: the source's keys tweaked
@@ -104,11 +112,13 @@ class Passes:
         (``F(key, x) & mask(left)`` for every right half ``x``), kept across calls in
         :class:`_Tables`; ``None`` when a source is too large for tables or the call
         touches too many passes. The same values as :meth:`_direct`."""
-        count = len(self.high)
+        count, length = len(self.high), source.numel()
+        blocks = range(0, length, _BLOCK)  # every operation below on a block at most
         first = torch.full((count,), _MASK64 >> 1, dtype=torch.int64)
-        first.scatter_reduce_(0, source, passes, "amin")
         last = torch.full((count,), -1, dtype=torch.int64)
-        last.scatter_reduce_(0, source, passes, "amax")
+        for lo in blocks:
+            first.scatter_reduce_(0, source[lo : lo + _BLOCK], passes[lo : lo + _BLOCK], "amin")
+            last.scatter_reduce_(0, source[lo : lo + _BLOCK], passes[lo : lo + _BLOCK], "amax")
         span = (last - first + 1).clamp_(min=0)
         spans = span.tolist()
         if sum(spans) > _MAX_GROUPS:
@@ -121,26 +131,45 @@ class Passes:
         if offsets is None:
             return None
         group_start = span.cumsum(0) - span
-        group = group_start.index_select(0, source) + (passes - first.index_select(0, source))
-        base = torch.tensor(offsets, dtype=torch.int64).index_select(0, group)
+        group_offset = torch.tensor(offsets, dtype=torch.int64)
         tables = self._store.tables
-        size = self.sizes.index_select(0, source)
-        low_bits = self.low.index_select(0, source)
-        low_mask = (torch.ones_like(low_bits) << low_bits) - 1
-        result = self._tabled_network(item, tables, base, low_bits, low_mask)
-        walking = (result >= size).nonzero()[:, 0]
-        while walking.numel():
+        # Per element: where its group's tables begin, its low half's width and mask, and
+        # its source's size (kept for the walk).
+        base, low_bits, low_mask, size = (torch.empty_like(source) for _ in range(4))
+        result = torch.empty_like(source)
+        walking = []
+        for lo in blocks:
+            hi = min(lo + _BLOCK, length)
+            block_source = source[lo:hi]
+            group = group_start.index_select(0, block_source)
+            group += passes[lo:hi]
+            group -= first.index_select(0, block_source)
+            torch.index_select(group_offset, 0, group, out=base[lo:hi])
+            torch.index_select(self.low, 0, block_source, out=low_bits[lo:hi])
+            torch.index_select(self._low_masks, 0, block_source, out=low_mask[lo:hi])
+            torch.index_select(self.sizes, 0, block_source, out=size[lo:hi])
             value = self._tabled_network(
-                result.index_select(0, walking),
-                tables,
-                base.index_select(0, walking),
-                low_bits.index_select(0, walking),
-                low_mask.index_select(0, walking),
+                item[lo:hi], tables, base[lo:hi], low_bits[lo:hi], low_mask[lo:hi]
             )
-            result.index_copy_(0, walking, value)
-            walking = walking.index_select(
-                0, (value >= size.index_select(0, walking)).nonzero()[:, 0]
-            )
+            result[lo:hi] = value
+            walking.append((value >= size[lo:hi]).nonzero()[:, 0] + lo)
+        pending = torch.cat(walking)
+        # Cycle-walking: the values outside ``[0, size)`` step again, gathered from every
+        # block, so each step of the walk costs a few operations for the whole call.
+        while pending.numel():
+            still = []
+            for lo in range(0, pending.numel(), _BLOCK):
+                slots = pending[lo : lo + _BLOCK]
+                value = self._tabled_network(
+                    result.index_select(0, slots),
+                    tables,
+                    base.index_select(0, slots),
+                    low_bits.index_select(0, slots),
+                    low_mask.index_select(0, slots),
+                )
+                result.index_copy_(0, slots, value)
+                still.append(slots.masked_select(value >= size.index_select(0, slots)))
+            pending = torch.cat(still)
         return result
 
     def build_tables(self, groups: list[tuple[int, int]]) -> list[torch.Tensor]:
