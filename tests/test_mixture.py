@@ -26,7 +26,7 @@ import samplers.mixture.passes
 import samplers.mixture.sampler
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.order import MixtureOrder
-from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts, period
+from samplers.mixture.schedule import MAX_PERIOD, Period, Schedule, parts, period
 
 SIZES = (5, 50, 7)
 DATASETS = [range(size) for size in SIZES]
@@ -493,3 +493,24 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     assert stored.used <= budget
     if budget == 1 << 17:
         assert stored.used > 0  # the tables were read
+
+
+def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
+    """Locating positions near a period's start computes only its first piece; computed
+    piece by piece in any order of requests, the period is the one computed whole."""
+    generator = random.Random(5)
+    weights = [generator.random() for _ in range(30)]
+    part = parts(weights)
+    assert sum(part) == MAX_PERIOD
+    lazy = Period(part)
+    source, rank = lazy.at(torch.arange(0, 64 * 8, 8))
+    assert lazy._done < lazy.length  # the rest of the period is not computed
+    whole = Period(part)
+    whole.ensure(whole.length)
+    assert torch.equal(source, whole.source[: 64 * 8 : 8])
+    assert torch.equal(rank, whole.rank[: 64 * 8 : 8])
+    for offset in (5000, 777, 30001, MAX_PERIOD - 1):
+        assert torch.equal(lazy.counts_before(offset), whole.counts_before(offset))
+        assert lazy.at(torch.tensor([offset]))[0].item() == whole.source[offset].item()
+    assert torch.equal(lazy.source, whole.source)
+    assert torch.equal(lazy.checkpoints, whole.checkpoints)
