@@ -238,6 +238,7 @@ class ShareIterator(Progress[int], itertools.chain[int]):
             self._largest = self._growth = CHUNK
         elif plan.order.blockwise:
             self._largest = self._growth = FEISTEL_CHUNK
+            self._length = plan.order.first_chunk or FIRST_CHUNK
         else:
             self._largest, self._growth = COMPUTED_CHUNK, 2
         # Keep the settings, not a drawn order: the share holds what is still needed.

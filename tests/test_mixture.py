@@ -514,3 +514,29 @@ def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
         assert lazy.at(torch.tensor([offset]))[0].item() == whole.source[offset].item()
     assert torch.equal(lazy.source, whole.source)
     assert torch.equal(lazy.checkpoints, whole.checkpoints)
+
+
+def test_the_first_index_computes_only_the_start_of_the_period() -> None:
+    """Rank 7 of 8's first index at the start of the stream needs the period's first
+    positions only (the mixture's first chunk is small); the rest of the epoch is the
+    same as from a period computed whole."""
+    generator = random.Random(6)
+    weights = [generator.random() for _ in range(40)]
+    datasets = [range(1 + generator.randrange(5000)) for _ in range(40)]
+    one = period(parts(weights))
+    period.cache_clear()
+    sampler = DistributedMixtureSampler(datasets, weights, 8, 7, epoch_length=200_000)
+    iterator = iter(sampler)
+    first = next(iterator)
+    lazy = period(parts(weights))
+    assert lazy is not one and lazy.length == MAX_PERIOD
+    assert lazy._done <= 2048  # 128 positions of rank 7 of 8 span the first 1024
+    rest = [first, *iterator]
+    assert lazy._done == lazy.length  # the second chunk reaches past the period
+    order = sampler.plan().order
+    assert isinstance(order, MixtureOrder)
+    period.cache_clear()
+    whole = period(parts(weights))
+    whole.ensure(whole.length)
+    again = DistributedMixtureSampler(datasets, weights, 8, 7, epoch_length=200_000)
+    assert list(again) == rest

@@ -37,6 +37,9 @@ class MixtureOrder(Order):
     """Epoch ``epoch`` of the stream (``length`` positions from ``epoch * length``)."""
 
     blockwise = True
+    #: The first chunk is small: it may compute the start of the mixing period
+    #: (:class:`~samplers.mixture.schedule.Period`), ``W`` positions per index.
+    first_chunk = 1 << 7
 
     sizes: tuple[int, ...]
     schedule: Schedule

@@ -43,6 +43,9 @@ class Order(ABC):
     #: intra-op threshold) and costs less per position in fewer, larger calls: the
     #: iterators then compute its chunks in large pieces.
     blockwise = False
+    #: How many positions an iterator computes first (``None``: the iterator's default),
+    #: for an order whose first positions cost more than the next ones.
+    first_chunk: int | None = None
 
     @property
     @abstractmethod
