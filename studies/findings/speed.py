@@ -5,6 +5,8 @@ depend on the machine and its load, so the report does not measure them: it rend
 run recorded by ``dsampler bench --record`` (:mod:`studies.bench.record`), committed
 with the machine it ran on, and quotes only medians and ratios measured in that run.
 ``dsampler bench`` measures the same grid (and more, with options) on any machine.
+The mixture sampler's tables and sentence come the same way from the run recorded by
+``python -m studies.mixture_bench --record`` (:mod:`studies.bench.mixture`).
 """
 
 from __future__ import annotations
