@@ -474,16 +474,19 @@ def test_a_pass_is_the_same_however_its_draws_are_grouped() -> None:
     assert alone[6, 0] != alone[6, 1]  # passes differ
 
 
-@pytest.mark.parametrize("budget", [1 << 17, 1 << 9, 1 << 5])
+@pytest.mark.parametrize(
+    ("budget", "largest"),
+    [(1 << 17, (1 << 16) + 5), (1 << 9, (1 << 16) + 5), (1 << 5, 70), (1 << 19, (1 << 31) + 5)],
+)
 def test_a_large_call_read_from_tables_gives_the_same_samples(
-    budget: int, monkeypatch: pytest.MonkeyPatch
+    budget: int, largest: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
     across calls (and rebuilt or compacted past the budget), and calls above the block
     size are evaluated a block at a time; the samples are the ones small calls, which
-    compute every round directly, give."""
+    compute every round directly, give (in int32, or int64 past 2**30 samples)."""
     monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
-    sizes = (1, 3, 40, 700, 5000, (1 << 16) + 5)
+    sizes = (1, 3, 40, 700, 5000, largest)
     order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)
     small = [order.stream_at(torch.arange(lo, lo + 1000)) for lo in range(0, 60000, 1000)]
     # A call below the block size, and one above it (evaluated a block at a time).
@@ -491,8 +494,9 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     assert torch.equal(torch.cat(calls), torch.cat(small))
     stored = order.pass_orders._store
     assert stored.used <= budget
-    if budget == 1 << 17:
+    if budget >= 1 << 17:
         assert stored.used > 0  # the tables were read
+    assert order.pass_orders._dtype == (torch.int64 if largest > 1 << 30 else torch.int32)
 
 
 def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
