@@ -6,11 +6,14 @@ that pass, a pure function of ``(seed, source's size, source, pass, item)``: for
 source and pass, ``item -> sample`` is a bijection of ``[0, size)``, so within a pass no
 sample repeats. How the items of a chunk are grouped (which sources and passes share a
 call, in what order) never changes a value, and a call costs O(1) tensor operations per
-item, whatever the number of sources or passes it touches: no Python work per source or
-per pass. A call of at least :data:`TABLED_MIN` elements reads each round's ``F`` from a
-table per ``(source, pass)`` (``F(key, x)`` for every right half ``x``: ``2**high``
-entries, the same values), kept across calls up to :data:`TABLE_BUDGET` entries per
-round; so what is held is bounded whatever the sources' sizes or the stream's length.
+item, whatever the number of sources or passes it touches. A call of at least
+:data:`TABLED_MIN` elements reads each round's ``F`` from a table per ``(source, pass)``
+it touches (``F(key, x) & mask`` for every right half ``x``: ``2**high`` entries, the
+same values; a dictionary lookup per ``(source, pass)`` finds them), kept across calls
+up to :data:`TABLE_BUDGET` entries per round, so what is held is bounded whatever the
+sources' sizes or the stream's length; a larger call is evaluated a block of
+``samplers.feistel._BLOCK`` elements at a time, in int32 when every source has at most
+``2**30`` samples.
 
 The permutation is the Feistel network of :mod:`samplers.feistel` (its round function
 ``F``, eight rounds, the halves' widths, cycle-walking), with its round keys derived per
