@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from samplers.plan import EpochPlan, FeistelOrder, Layout, RandpermOrder
+from samplers.plan import EpochPlan, Layout, RandpermOrder
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -39,6 +39,7 @@ CHUNK = 1 << 16
 #: positions, so the first index comes at once. An identity order's chunks then double
 #: up to COMPUTED_CHUNK: below torch's 32768-element threshold for intra-op parallelism,
 #: whose start-up on busy cores costs more than the work. A feistel order's second chunk
+#: (or any order that says it is ``blockwise``, as the mixture's)
 #: is already FEISTEL_CHUNK: it evaluates a chunk ``_BLOCK`` positions at a time anyway,
 #: and each chunk pays a fixed cost for walking its cycles (a dozen passes of tensor
 #: operations whatever its length), so fewer, larger chunks cost less.
@@ -235,8 +236,9 @@ class ShareIterator(Progress[int], itertools.chain[int]):
         self._length = FIRST_CHUNK  # the next chunk's length
         if self._share is not None:
             self._largest = self._growth = CHUNK
-        elif isinstance(plan.order, FeistelOrder):
+        elif plan.order.blockwise:
             self._largest = self._growth = FEISTEL_CHUNK
+            self._length = plan.order.first_chunk or FIRST_CHUNK
         else:
             self._largest, self._growth = COMPUTED_CHUNK, 2
         # Keep the settings, not a drawn order: the share holds what is still needed.

@@ -1,21 +1,38 @@
-"""A bounded measurement of the mixture sampler at scale (not recorded in the benchmark).
+"""The mixture sampler at scale: a bounded measurement, and a recorded one.
 
-Rank 7 of 8 over 100 sources whose sizes span three orders of magnitude: the time and the
-traced memory to the first index at a total of 10**6 and 10**9 samples, and a whole epoch
-against the stock ``DistributedSampler`` over a ``ConcatDataset`` of the same sources and
-the floor (handing out a held list of the rank's indices), at 10**6 and 10**7 samples on
-8 ranks and on 1, measured in one run as ratios (CPU time counts every thread of the
-process; wall time is inflated by other load). Run: ``python -m studies.mixture_bench``.
+Rank ``W - 1`` of ``W`` over :data:`SOURCES` sources whose sizes span three orders of
+magnitude (:func:`sources`). ``python -m studies.mixture_bench`` measures in this process
+(CPU time, best of a few runs; for development): the time and traced memory to the first
+index at 10**6 and 10**9 samples, and a whole epoch of ours against the stock
+``DistributedSampler`` over a ``ConcatDataset`` of the same sources and the floor (handing
+out a held list of the rank's indices) at 10**6 and 10**7 samples on 8 ranks and on 1.
+
+``python -m studies.mixture_bench --record`` (a few minutes) measures in fresh processes
+instead (each started through a small launcher, on :data:`THREADS` intra-op thread, after
+a warm-up on 1,000 samples; the clock runs from building the sampler to its first index
+and on to its last; the peak is the kernel's high-water mark above the process's baseline
+resident set) and writes the medians over :data:`REPEATS` processes, with the machine's
+facts, to :data:`RECORDED`, which the speed finding shows; nothing is timed when the
+reports are built. The grid: every variant of :data:`VARIANTS` at every size of
+:data:`EPOCH_SIZES` on every world size of :data:`WORLD_SIZES`, and ours' first index alone
+at :data:`FIRST_INDEX_SIZES` on :data:`WORLD` ranks.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
 import random
+import resource
+import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +44,18 @@ from samplers.mixture.schedule import parts, period
 
 SOURCES = 100
 WORLD, RANK = 8, 7
+RECORDED = Path(__file__).resolve().parent / "data" / "mixture-bench.json"
+#: The recorded grid (see the module docstring).
+VARIANTS = ("ours", "stock", "floor")
+EPOCH_SIZES = (10**6, 10**7)
+WORLD_SIZES = (1, WORLD)
+FIRST_INDEX_SIZES = (10**6, 10**9)
+REPEATS = 3
+#: torch's intra-op threads in each measuring process (as in :mod:`studies.token_bench`).
+THREADS = 1
+QUANTITIES = ("first index (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
+#: Starts the probe from a small interpreter (see :func:`measure_in_fresh_process`).
+LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 
 
 class Sized:
@@ -64,23 +93,24 @@ def _timed(run: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 
 def first_index(total: int) -> dict[str, Any]:
-    """Time and traced memory from constructing the sampler to its first index."""
+    """Time and traced memory from constructing the sampler to its first index, the
+    mixing period computed afresh each time (as far as the first index needs it), and
+    the time to compute the whole period."""
     datasets, weights = sources(total)
     segment_parts = parts(weights)
-    period.cache_clear()
 
-    def build() -> None:
+    def whole() -> None:
         period.cache_clear()
-        period(segment_parts)
+        period(segment_parts).ensure(sum(segment_parts))
 
-    built = _timed(build, 3)
-    period(segment_parts)
+    built = _timed(whole, 3)
 
     def first() -> None:
+        period.cache_clear()
         sampler = DistributedMixtureSampler(datasets, weights, WORLD, RANK, epoch_length=total)
         next(iter(sampler))
 
-    warm = _timed(first, 5)
+    fresh = _timed(first, 5)
     tracemalloc.start()
     first()
     peak = tracemalloc.get_traced_memory()[1]
@@ -88,15 +118,12 @@ def first_index(total: int) -> dict[str, Any]:
     return {
         "total": total,
         "period": sum(segment_parts),
-        "building the period, CPU / wall (ms)": [
-            round(built[0] * 1e3, 1),
-            round(built[1] * 1e3, 1),
+        "the whole period, CPU / wall (ms)": [round(built[0] * 1e3, 1), round(built[1] * 1e3, 1)],
+        "first index, period afresh, CPU / wall (ms)": [
+            round(fresh[0] * 1e3, 1),
+            round(fresh[1] * 1e3, 1),
         ],
-        "first index, period built, CPU / wall (ms)": [
-            round(warm[0] * 1e3, 1),
-            round(warm[1] * 1e3, 1),
-        ],
-        "traced peak to the first index, period built (KiB)": round(peak / 1024, 1),
+        "traced peak to the first index (KiB)": round(peak / 1024, 1),
     }
 
 
@@ -127,13 +154,164 @@ def whole_epoch(total: int, world: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def _iterator(variant: str, total: int, world: int, seed: int = 0) -> Callable[[], Iterator[int]]:
+    """A function that builds rank ``world - 1``'s sampler over :func:`sources` of ``seed``
+    (or the floor's held list, built here, before any clock) and returns its iterator."""
+    rank = world - 1
+    datasets, weights = sources(total, seed)
+    if variant == "ours":
+        return lambda: iter(DistributedMixtureSampler(datasets, weights, world, rank))
+    if variant == "stock":
+        concat: ConcatDataset[int] = ConcatDataset(datasets)  # type: ignore[arg-type]
+        return lambda: iter(StockSampler(concat, world, rank))
+    if variant == "floor":
+        held = list(range(rank, total, world))
+        return lambda: iter(held)
+    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def probe(variant: str, total: int, world: int, epoch: bool) -> dict[str, float]:
+    """One measurement in this process (see the module docstring): the time to the first
+    index, to the last one when ``epoch``, and the peak resident memory above the
+    baseline."""
+    import psutil
+
+    torch.set_num_threads(THREADS)
+    for _ in _iterator(variant, 1000, world, seed=1)():
+        pass  # warm-up (other weights: nothing measured below is cached by it)
+    build = _iterator(variant, total, world)
+    baseline = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    iterator = build()
+    next(iterator)
+    first = time.perf_counter()
+    if epoch:
+        for _ in iterator:
+            pass
+    end = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    measured = {QUANTITIES[0]: first - start, QUANTITIES[2]: max(peak - baseline, 0) / 10**6}
+    if epoch:
+        measured[QUANTITIES[1]] = end - start
+    return measured
+
+
+def measure_in_fresh_process(
+    variant: str, total: int, world: int, epoch: bool, timeout: float = 600
+) -> dict[str, float]:
+    """:func:`probe` in a new interpreter, started through a small launcher (``python
+    -S``) so that it does not inherit this process's memory high-water mark."""
+    root = Path(__file__).resolve().parents[1]
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    command = [sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-m", "studies.mixture_bench"]
+    command += ["--probe", variant, str(total), str(world), str(int(epoch))]
+    done = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} at {total:,} on {world} ranks failed:\n{done.stderr}")
+    measured: dict[str, float] = json.loads(done.stdout)
+    return measured
+
+
+def _rows(
+    variant: str, total: int, world: int, runs: list[dict[str, float]]
+) -> list[dict[str, Any]]:
+    rows = []
+    for quantity in QUANTITIES:
+        values = [measured[quantity] for measured in runs if quantity in measured]
+        if values:
+            rows.append(
+                {
+                    "variant": variant,
+                    "total": total,
+                    "world size": world,
+                    "quantity": quantity,
+                    "median": statistics.median(values),
+                    "min": min(values),
+                    "max": max(values),
+                    "processes": len(values),
+                }
+            )
+    return rows
+
+
+def record(
+    epoch_sizes: Sequence[int] = EPOCH_SIZES,
+    first_index_sizes: Sequence[int] = FIRST_INDEX_SIZES,
+    repeats: int = REPEATS,
+    world_sizes: Sequence[int] = WORLD_SIZES,
+) -> dict[str, Any]:
+    """Measure the grid (see the module docstring) in fresh processes; what :func:`load`
+    reads."""
+    import psutil
+
+    rows: list[dict[str, Any]] = []
+    for total in epoch_sizes:
+        for world in world_sizes:
+            for variant in VARIANTS:
+                runs = [
+                    measure_in_fresh_process(variant, total, world, True) for _ in range(repeats)
+                ]
+                rows += _rows(variant, total, world, runs)
+                print(f"{variant} at {total:,} on {world}: done", file=sys.stderr)
+    for total in first_index_sizes:
+        runs = [measure_in_fresh_process("ours", total, WORLD, False) for _ in range(repeats)]
+        rows += [
+            {**row, "quantity": f"{row['quantity']}, first index only"}
+            for row in _rows("ours", total, WORLD, runs)
+        ]
+        print(f"ours' first index at {total:,}: done", file=sys.stderr)
+    return {
+        "machine": {
+            "cores": os.cpu_count(),
+            "memory (GB)": round(psutil.virtual_memory().total / 10**9),
+            "Python": platform.python_version(),
+            "torch": torch.__version__,
+            "load average (1, 5, 15 min) at the end": [round(v, 2) for v in os.getloadavg()],
+        },
+        "threads": THREADS,
+        "sources": SOURCES,
+        "processes": repeats,
+        "rows": rows,
+    }
+
+
+def load(path: Path = RECORDED) -> dict[str, Any]:
+    """The recorded run."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def in_process() -> None:
+    """The bounded in-process measurement (see the module docstring), printed, on
+    :data:`THREADS` intra-op thread(s) as the recorded one."""
+    torch.set_num_threads(THREADS)
     print(f"load average: {os.getloadavg()}, torch threads: {torch.get_num_threads()}")
     print(json.dumps([first_index(10**6), first_index(10**9)], indent=1))
     for total in (10**6, 10**7):
         for world in (WORLD, 1):
             print(json.dumps(whole_epoch(total, world)))
     print(f"load average: {os.getloadavg()}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--record", action="store_true", help=f"record to {RECORDED.name}")
+    parser.add_argument("--probe", nargs=4, metavar=("VARIANT", "TOTAL", "WORLD", "EPOCH"))
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--out", type=Path, default=RECORDED)
+    arguments = parser.parse_args(argv)
+    if arguments.probe:
+        variant, total, world, epoch = arguments.probe
+        print(json.dumps(probe(variant, int(total), int(world), bool(int(epoch)))))
+    elif arguments.record:
+        recorded = record(repeats=arguments.repeats)
+        arguments.out.write_text(json.dumps(recorded, indent=1) + "\n")
+        print(f"written to {arguments.out}", file=sys.stderr)
+    else:
+        in_process()
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import ConcatDataset, DataLoader
 
+import samplers.mixture.passes
 import samplers.mixture.sampler
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.order import MixtureOrder
-from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts, period
+from samplers.mixture.schedule import MAX_PERIOD, Period, Schedule, parts, period
 
 SIZES = (5, 50, 7)
 DATASETS = [range(size) for size in SIZES]
@@ -471,3 +472,75 @@ def test_a_pass_is_the_same_however_its_draws_are_grouped() -> None:
     together = order.within(source, draws).tolist()
     assert together == [alone[d, q][j] for d, q, j in mixed]
     assert alone[6, 0] != alone[6, 1]  # passes differ
+
+
+@pytest.mark.parametrize(
+    ("budget", "largest"),
+    [(1 << 17, (1 << 16) + 5), (1 << 9, (1 << 16) + 5), (1 << 5, 70), (1 << 19, (1 << 31) + 5)],
+)
+def test_a_large_call_read_from_tables_gives_the_same_samples(
+    budget: int, largest: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
+    across calls (and rebuilt or compacted past the budget), and calls above the block
+    size are evaluated a block at a time; the samples are the ones small calls, which
+    compute every round directly, give (in int32, or int64 past 2**30 samples)."""
+    monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
+    sizes = (1, 3, 40, 700, 5000, largest)
+    order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)
+    small = [order.stream_at(torch.arange(lo, lo + 1000)) for lo in range(0, 60000, 1000)]
+    # A call below the block size, and one above it (evaluated a block at a time).
+    calls = [order.stream_at(torch.arange(0, 20000)), order.stream_at(torch.arange(20000, 60000))]
+    assert torch.equal(torch.cat(calls), torch.cat(small))
+    stored = order.pass_orders._store
+    assert stored.used <= budget
+    if budget >= 1 << 17:
+        assert stored.used > 0  # the tables were read
+    assert order.pass_orders._dtype == (torch.int64 if largest > 1 << 30 else torch.int32)
+
+
+def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
+    """Locating positions near a period's start computes only its first piece; computed
+    piece by piece in any order of requests, the period is the one computed whole."""
+    generator = random.Random(5)
+    weights = [generator.random() for _ in range(30)]
+    part = parts(weights)
+    assert sum(part) == MAX_PERIOD
+    lazy = Period(part)
+    source, rank = lazy.at(torch.arange(0, 64 * 8, 8))
+    assert lazy._done < lazy.length  # the rest of the period is not computed
+    whole = Period(part)
+    whole.ensure(whole.length)
+    assert torch.equal(source, whole.source[: 64 * 8 : 8])
+    assert torch.equal(rank, whole.rank[: 64 * 8 : 8])
+    for offset in (5000, 777, 30001, MAX_PERIOD - 1):
+        assert torch.equal(lazy.counts_before(offset), whole.counts_before(offset))
+        assert lazy.at(torch.tensor([offset]))[0].item() == whole.source[offset].item()
+    assert torch.equal(lazy.source, whole.source)
+    assert torch.equal(lazy.checkpoints, whole.checkpoints)
+
+
+def test_the_first_index_computes_only_the_start_of_the_period() -> None:
+    """Rank 7 of 8's first index at the start of the stream needs the period's first
+    positions only (the mixture's first chunk is small); the rest of the epoch is the
+    same as from a period computed whole."""
+    generator = random.Random(6)
+    weights = [generator.random() for _ in range(40)]
+    datasets = [range(1 + generator.randrange(5000)) for _ in range(40)]
+    one = period(parts(weights))
+    period.cache_clear()
+    sampler = DistributedMixtureSampler(datasets, weights, 8, 7, epoch_length=200_000)
+    iterator = iter(sampler)
+    first = next(iterator)
+    lazy = period(parts(weights))
+    assert lazy is not one and lazy.length == MAX_PERIOD
+    assert lazy._done <= 2048  # 128 positions of rank 7 of 8 span the first 1024
+    rest = [first, *iterator]
+    assert lazy._done == lazy.length  # the second chunk reaches past the period
+    order = sampler.plan().order
+    assert isinstance(order, MixtureOrder)
+    period.cache_clear()
+    whole = period(parts(weights))
+    whole.ensure(whole.length)
+    again = DistributedMixtureSampler(datasets, weights, 8, 7, epoch_length=200_000)
+    assert list(again) == rest

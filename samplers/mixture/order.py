@@ -9,7 +9,11 @@ item ``j mod n_d`` of its pass ``j // n_d``: each pass is a permutation of the s
 and a source that runs out starts its next pass. The index returned is the sample's
 index in ``ConcatDataset(datasets)`` (the source's offset plus its index in the source).
 Any position costs O(1) tensor operations, and a chunk of positions O(1) per position,
-whatever the sources and passes it touches.
+whatever the sources and passes it touches, once the mixing period is computed as far as
+the position (:class:`~samplers.mixture.schedule.Period`: the first position past what
+is computed costs up to the rest of the period, once). Iterators compute a small first
+chunk (:attr:`MixtureOrder.first_chunk`), so the first index needs only the start of the
+period, then large chunks evaluated a block at a time (:attr:`MixtureOrder.blockwise`).
 
 Passes: :class:`~samplers.mixture.passes.Passes`, a keyed Feistel permutation per
 ``(seed, source, pass)`` (O(1) memory), evaluated for a whole chunk at once. Without
@@ -24,6 +28,7 @@ from typing import Any
 
 import torch
 
+from samplers.feistel import _BLOCK
 from samplers.mixture.passes import Passes, source_seed
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
@@ -34,6 +39,11 @@ __all__ = ["MixtureOrder", "source_seed"]
 @dataclass(frozen=True)
 class MixtureOrder(Order):
     """Epoch ``epoch`` of the stream (``length`` positions from ``epoch * length``)."""
+
+    blockwise = True
+    #: The first chunk is small: it may compute the start of the mixing period
+    #: (:class:`~samplers.mixture.schedule.Period`), ``W`` positions per index.
+    first_chunk = 1 << 7
 
     sizes: tuple[int, ...]
     schedule: Schedule
@@ -74,9 +84,22 @@ class MixtureOrder(Order):
         return self.stream_at(positions + self.first)
 
     def stream_at(self, positions: torch.Tensor) -> torch.Tensor:
-        """ConcatDataset indices at stream positions."""
-        source, drawn = self.schedule.locate(positions)
-        return self.offsets.index_select(0, source) + self.within(source, drawn)
+        """ConcatDataset indices at stream positions (a large call is evaluated
+        :data:`~samplers.feistel._BLOCK` positions at a time, below torch's threshold for
+        intra-op parallelism; the passes' tables serve the whole call)."""
+        length = positions.numel()
+        if length <= _BLOCK:
+            source, drawn = self.schedule.locate(positions)
+            return self.offsets.index_select(0, source) + self.within(source, drawn)
+        source, drawn = torch.empty_like(positions), torch.empty_like(positions)
+        for lo in range(0, length, _BLOCK):
+            source[lo : lo + _BLOCK], drawn[lo : lo + _BLOCK] = self.schedule.locate(
+                positions[lo : lo + _BLOCK]
+            )
+        result = self.within(source, drawn)
+        for lo in range(0, length, _BLOCK):
+            result[lo : lo + _BLOCK] += self.offsets.index_select(0, source[lo : lo + _BLOCK])
+        return result
 
     def passes(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(source, pass, item of the pass) at stream positions."""
@@ -86,9 +109,20 @@ class MixtureOrder(Order):
 
     def within(self, source: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """The index within its source of each source's ``drawn``-th draw."""
-        sizes = self.sizes_tensor.index_select(0, source)
-        pass_number = torch.div(drawn, sizes, rounding_mode="floor")
-        item = drawn - pass_number * sizes
+        pass_number, item = torch.empty_like(drawn), torch.empty_like(drawn)
+        for lo in range(0, drawn.numel(), _BLOCK):
+            sizes = self.sizes_tensor.index_select(0, source[lo : lo + _BLOCK])
+            torch.div(
+                drawn[lo : lo + _BLOCK],
+                sizes,
+                rounding_mode="floor",
+                out=pass_number[lo : lo + _BLOCK],
+            )
+            torch.sub(
+                drawn[lo : lo + _BLOCK],
+                pass_number[lo : lo + _BLOCK] * sizes,
+                out=item[lo : lo + _BLOCK],
+            )
         if not self.shuffle:
             return item
         return self.pass_orders.items(source, pass_number, item)

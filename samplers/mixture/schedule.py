@@ -14,7 +14,10 @@ a schedule meeting them exists, Tijdeman's chairman assignment theorem, and earl
 deadline first finds one when one exists; :func:`period` checks every step anyway).
 After ``T`` steps each source has exactly ``a_d`` draws, so the schedule repeats: one
 period, ``T`` source numbers and each draw's rank within the period, is all that is
-kept, and any position follows from ``divmod(p, T)``.
+kept, and any position follows from ``divmod(p, T)``. The period is computed as far as
+positions ask (:class:`Period`), so a position near a period's start costs only the
+period's first piece; the first position past what is computed costs up to ``O(T log n)``
+once.
 
 A :class:`Schedule` is a list of segments (a global start position and its parts): a
 change of weights starts a new segment at the current position, with every source's
@@ -26,6 +29,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -39,6 +43,8 @@ __all__ = ["CHECKPOINT", "MAX_PERIOD", "Period", "Schedule", "parts", "period"]
 MAX_PERIOD = 1 << 16
 #: Every ``CHECKPOINT`` positions of a period its cumulative counts are kept.
 CHECKPOINT = 256
+#: The first piece of a period computed (later pieces double what is computed).
+_FIRST_STEPS = 1 << 11
 #: Weights given as floats are read as the simplest fraction within this relative
 #: distance of the float (so ``0.6`` is ``3/5`` and ``1/3`` is ``1/3``).
 _FLOAT_TOLERANCE = 1e-12
@@ -84,27 +90,89 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     return tuple(a // divisor for a in floors)
 
 
-@dataclass(frozen=True, eq=False)
 class Period:
     """One period of the schedule for ``parts``: ``source[o]`` draws at offset ``o``,
     ``rank[o]`` is how many times that source drew before ``o`` in the period, and
-    ``checkpoints[c]`` every source's count before offset ``c * CHECKPOINT``."""
+    ``checkpoints[c]`` every source's count before offset ``c * CHECKPOINT``.
 
-    parts: tuple[int, ...]
-    source: torch.Tensor
-    rank: torch.Tensor
-    checkpoints: torch.Tensor
+    Computed as far as asked and no further: earliest deadline first runs from the
+    period's start in steps that at least double what is computed (so the whole period
+    costs O(T) once) and stops where it is, its state being every source's count; a
+    stream position near a period's start is located without the rest of the period.
+    Safe to share between threads."""
+
+    def __init__(self, parts: tuple[int, ...]) -> None:
+        self.parts = parts
+        total = sum(parts)
+        self._source = torch.empty(total, dtype=torch.int64)
+        self._rank = torch.empty(total, dtype=torch.int64)
+        self._checkpoints = torch.zeros(total // CHECKPOINT + 1, len(parts), dtype=torch.int64)
+        self._done = 0
+        self._drawn = [0] * len(parts)
+        self._lock = threading.Lock()
 
     @property
     def length(self) -> int:
         """``T``, the sum of the parts."""
-        return self.source.numel()
+        return self._source.numel()
+
+    @property
+    def source(self) -> torch.Tensor:
+        """The source at every offset of the period (computed whole)."""
+        self.ensure(self.length)
+        return self._source
+
+    @property
+    def rank(self) -> torch.Tensor:
+        """Each offset's draw rank within the period (computed whole)."""
+        self.ensure(self.length)
+        return self._rank
+
+    @property
+    def checkpoints(self) -> torch.Tensor:
+        """Every source's count before each multiple of :data:`CHECKPOINT` (computed
+        whole)."""
+        self.ensure(self.length)
+        return self._checkpoints
+
+    def ensure(self, offset: int) -> None:
+        """Compute the period's first ``offset`` positions, if not yet done."""
+        if offset <= self._done:
+            return
+        with self._lock:
+            done = self._done
+            if offset <= done:
+                return
+            stop = min(self.length, max(offset, 2 * done, _FIRST_STEPS))
+            stop = min(self.length, -(-stop // CHECKPOINT) * CHECKPOINT)
+            sources, ranks = _earliest_deadline_first(self.parts, done, stop, self._drawn)
+            block = torch.tensor(sources, dtype=torch.int64)
+            self._source[done:stop] = block
+            self._rank[done:stop] = torch.tensor(ranks, dtype=torch.int64)
+            # Checkpoints: done is a multiple of CHECKPOINT, so are the complete blocks.
+            complete = (stop - done) // CHECKPOINT
+            if complete:
+                blocks = block[: complete * CHECKPOINT].reshape(-1, CHECKPOINT)
+                per_block = torch.zeros(complete, len(self.parts), dtype=torch.int64)
+                per_block.scatter_add_(1, blocks, torch.ones_like(blocks))
+                first = done // CHECKPOINT
+                self._checkpoints[first + 1 : first + 1 + complete] = self._checkpoints[
+                    first
+                ] + per_block.cumsum(0)
+            self._done = stop
+
+    def at(self, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The source and the draw rank at each offset of the period."""
+        if offsets.numel():
+            self.ensure(int(offsets.max()) + 1)
+        return self._source.index_select(0, offsets), self._rank.index_select(0, offsets)
 
     def counts_before(self, offset: int) -> torch.Tensor:
         """Every source's count in the period's first ``offset`` positions (int64)."""
+        self.ensure(offset)
         block = offset // CHECKPOINT
-        counts = self.checkpoints[block].clone()
-        rest = self.source[block * CHECKPOINT : offset]
+        counts = self._checkpoints[block].clone()
+        rest = self._source[block * CHECKPOINT : offset]
         return counts + torch.bincount(rest, minlength=len(self.parts))
 
     def counts(self, length: int) -> torch.Tensor:
@@ -115,47 +183,57 @@ class Period:
 
 @functools.lru_cache(maxsize=16)
 def period(parts: tuple[int, ...]) -> Period:
-    """The period of ``parts`` (earliest deadline first, see the module docstring);
-    cached, as every rank and every epoch of a mixture uses the same."""
-    source, rank = _earliest_deadline_first(parts)
+    """The period of ``parts`` (earliest deadline first, see the module docstring),
+    computed as far as it is used; cached, as every rank and every epoch of a mixture
+    uses the same."""
+    return Period(parts)
+
+
+def _earliest_deadline_first(
+    parts: tuple[int, ...], start: int = 0, stop: int | None = None, drawn: list[int] | None = None
+) -> tuple[list[int], list[int]]:
+    """Earliest deadline first (ties to the lower source), steps ``[start, stop)`` from
+    the state at ``start`` (every source's count, ``drawn``, updated in place): each
+    step's source and that source's count before it."""
     total = sum(parts)
-    blocks = source[: total // CHECKPOINT * CHECKPOINT].reshape(-1, CHECKPOINT)
-    per_block = torch.zeros(blocks.shape[0], len(parts), dtype=torch.int64)
-    per_block.scatter_add_(1, blocks, torch.ones_like(blocks))
-    checkpoints = torch.cat([torch.zeros(1, len(parts), dtype=torch.int64), per_block.cumsum(0)])
-    return Period(parts, source, rank, checkpoints)
-
-
-def _earliest_deadline_first(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Earliest deadline first, step by step (ties to the lower source)."""
-    total = sum(parts)
-    drawn = [0] * len(parts)
-
-    def deadline(d: int) -> int:
-        return -(-(drawn[d] + 1) * total // parts[d]) - 1
-
-    ready = [(deadline(d), d) for d, a in enumerate(parts) if a > 0]
+    stop = total if stop is None else stop
+    drawn = [0] * len(parts) if drawn is None else drawn
+    ready: list[tuple[int, int]] = []
+    releases: dict[int, list[int]] = {}  # step -> the sources whose next draw opens then
+    for d, a in enumerate(parts):
+        if a == 0 or drawn[d] >= a:
+            continue
+        release = drawn[d] * total // a
+        if release <= start:
+            ready.append((-(-(drawn[d] + 1) * total // a) - 1, d))
+        else:
+            releases.setdefault(release, []).append(d)
     heapq.heapify(ready)
-    waiting: list[tuple[int, int]] = []
     sources: list[int] = []
     ranks: list[int] = []
-    for step in range(total):
-        while waiting and waiting[0][0] <= step:
-            d = heapq.heappop(waiting)[1]
-            heapq.heappush(ready, (deadline(d), d))
-        due, d = heapq.heappop(ready)
+    push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    for step in range(start, stop):
+        released = releases.pop(step, None)
+        if released:
+            for d in released:
+                push(ready, (-(-(drawn[d] + 1) * total // parts[d]) - 1, d))
+        due, d = ready[0]
         if due < step:  # never: a schedule within 1 exists and EDF finds it
             raise RuntimeError(f"mixture schedule for parts {parts} missed a deadline at {step}")
+        k = drawn[d]
         sources.append(d)
-        ranks.append(drawn[d])
-        drawn[d] += 1
-        if drawn[d] < parts[d]:
-            release = drawn[d] * total // parts[d]
-            if release <= step + 1:
-                heapq.heappush(ready, (deadline(d), d))
-            else:
-                heapq.heappush(waiting, (release, d))
-    return torch.tensor(sources, dtype=torch.int64), torch.tensor(ranks, dtype=torch.int64)
+        ranks.append(k)
+        k += 1
+        drawn[d] = k
+        a = parts[d]
+        if k < a:
+            release = k * total // a
+            if release <= step + 1:  # its next draw is open at once: stays ready
+                replace(ready, (-(-(k + 1) * total // a) - 1, d))
+                continue
+            releases.setdefault(release, []).append(d)
+        pop(ready)
+    return sources, ranks
 
 
 @dataclass(frozen=True)
@@ -221,8 +299,8 @@ class Schedule:
         relative = positions - start
         whole = torch.div(relative, one.length, rounding_mode="floor")
         offset = relative - whole * one.length
-        d = one.source.index_select(0, offset)
+        d, rank = one.at(offset)
         counts = torch.tensor(self.base[i], dtype=torch.int64)
         sizes = torch.tensor(segment_parts, dtype=torch.int64)
         drawn = counts.index_select(0, d) + whole * sizes.index_select(0, d)
-        return d, drawn + one.rank.index_select(0, offset)
+        return d, drawn + rank

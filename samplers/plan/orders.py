@@ -39,6 +39,14 @@ __all__ = [
 class Order(ABC):
     """One epoch's order over ``[0, size)``."""
 
+    #: Whether :meth:`at` evaluates a large call a block at a time itself (below torch's
+    #: intra-op threshold) and costs less per position in fewer, larger calls: the
+    #: iterators then compute its chunks in large pieces.
+    blockwise = False
+    #: How many positions an iterator computes first (``None``: the iterator's default),
+    #: for an order whose first positions cost more than the next ones.
+    first_chunk: int | None = None
+
     @property
     @abstractmethod
     def size(self) -> int:
@@ -150,6 +158,7 @@ class FeistelOrder(Order):
     takes most of a small order (:meth:`held`).
     """
 
+    blockwise = True
     length: int
     seed: int
     epoch: int

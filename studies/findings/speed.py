@@ -5,13 +5,19 @@ depend on the machine and its load, so the report does not measure them: it rend
 run recorded by ``dsampler bench --record`` (:mod:`studies.bench.record`), committed
 with the machine it ran on, and quotes only medians and ratios measured in that run.
 ``dsampler bench`` measures the same grid (and more, with options) on any machine.
+The mixture sampler's tables and sentence come the same way from the run recorded by
+``python -m studies.mixture_bench --record`` (:mod:`studies.bench.mixture`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from matplotlib.figure import Figure
 
+from studies import mixture_bench
+from studies.bench import mixture
 from studies.bench.grid import LOADER_QUANTITY, MEMORY_HEADROOM, SAMPLER_QUANTITIES, Grid
 from studies.bench.plot import draw, figure_size
 from studies.bench.probe import WARM_UP_SIZE
@@ -25,6 +31,7 @@ from studies.bench.tables import (
 )
 from studies.bench.variants import FLOOR, REFERENCE
 from studies.findings import Evidence, Picture, Table
+from studies.findings.wording import plural
 
 NAME = "speed"
 TITLE = "Speed and memory: the stock sampler, ours, bare torch.randperm and feistel"
@@ -66,12 +73,41 @@ def build() -> Evidence:
             )
         )
 
+    mixtures = mixture_bench.load()
+    tables.append(
+        Table(
+            "Mixtures: the rank's whole epoch (ms), ours, stock and the floor",
+            mixture.epoch_table(mixtures),
+            floatfmt=".2f",
+            intfmt=",",
+            note=(
+                f"{mixtures['sources']} sources, rank W - 1 of W, medians of "
+                f"{plural(mixtures['processes'], 'fresh process', 'fresh processes')}; "
+                "stock: `DistributedSampler` over "
+                "`ConcatDataset` of the sources; floor: handing out a held list of the "
+                "rank's indices."
+            ),
+        )
+    )
+    tables.append(
+        Table(
+            "Mixtures: ours' first index, from building the sampler",
+            mixture.first_index_table(mixtures),
+            floatfmt=".2f",
+            intfmt=",",
+            note=(
+                "Median, min and max of "
+                f"{plural(mixtures['processes'], 'fresh process', 'fresh processes')}."
+            ),
+        )
+    )
+
     def picture(figure: Figure) -> None:
         draw(figure, frame)
 
     return Evidence(
         claim=_claim(frame, grid, facts),
-        prose=_prose(frame, grid, facts, dropped),
+        prose=f"{_prose(frame, grid, facts, dropped)}\n\n{_mixture_prose(mixtures)}",
         tables=tuple(tables),
         pictures=(
             Picture(
@@ -141,6 +177,12 @@ class _Quoted:
         if value["status"] != "ok" or by["status"] != "ok" or float(by["median"]) <= 0:
             return "-"
         return f"{float(value['median']) / float(by['median']):.2f}"
+
+
+def _mixture_prose(recorded: dict[str, Any]) -> str:
+    """The recorded mixture benchmark in words (:func:`studies.bench.mixture.prose`)."""
+    facts = {name: str(value) for name, value in recorded["machine"].items()}
+    return mixture.prose(recorded, _machine(facts))
 
 
 def _machine(facts: dict[str, str]) -> str:
