@@ -164,7 +164,8 @@ class _Block(nn.Module):
             ]
             attended = torch.cat(parts, 1).transpose(0, 1).reshape(rows, length, width)
         x = x + self.out(attended)
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+        result: torch.Tensor = x + self.down(F.gelu(self.up(self.norm2(x))))
+        return result
 
 
 class TinyTransformer(nn.Module):
@@ -278,7 +279,7 @@ def measure(
                 f"({time.perf_counter() - started:.0f} s)"
             )
     rows = []
-    for (name, ranks, key, packed, total, picked, batches), timed in zip(
+    for (name, ranks, key, packed, total, picked, lengths), timed in zip(
         chosen, timings, strict=True
     ):
         rows.append(
@@ -289,7 +290,7 @@ def measure(
                 "packed": packed,
                 "epoch steps": total,
                 "steps": picked,
-                "batches": batches,
+                "batches": lengths,
                 "seconds": [[statistics.median(t) for t in step] for step in timed],
                 "least": [[min(t) for t in step] for step in timed],
                 "most": [[max(t) for t in step] for step in timed],
