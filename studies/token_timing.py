@@ -5,9 +5,11 @@ progress): for each length distribution of the finding at :data:`RANKS` ranks an
 sampler of :mod:`studies.token_costing`, the batches every rank gets at :data:`STEPS`
 steps spread evenly over the epoch are put through a small transformer
 (:class:`TinyTransformer`), one rank after the other in this one process, and each
-rank's forward and backward pass is timed. Each (step, rank) is timed :data:`REPEATS`
-times, the repeats interleaved over every sampler (a change of the machine's load falls
-on all of them alike), and its median is written with the batches' lengths, the model's
+rank's forward and backward pass is timed in CPU seconds of the process (on one thread,
+the time other work holds the core is left out). Each (step, rank) is timed
+:data:`REPEATS` times, interleaved (each repeat times the first chosen step of every
+sampler, then the second, ...: a change of the machine's load falls on all of them
+alike), and its median is written with the batches' lengths, the model's
 shape and the machine's facts to :data:`RECORDED`, which the token-costs finding renders;
 nothing is timed when the reports are built.
 
@@ -185,15 +187,17 @@ class TinyTransformer(nn.Module):
 
 
 def time_batch(model: TinyTransformer, batch: Batch, packed: bool, seed: int = SEED) -> float:
-    """Seconds of one forward and backward pass over ``batch`` (0.0 for no batch); the
-    inputs are drawn before the clock starts, the gradients dropped after it stops."""
+    """CPU seconds of one forward and backward pass over ``batch`` (0.0 for no batch):
+    the process's CPU time (``time.process_time``), which on one thread leaves out the
+    time other work on the machine holds the core. The inputs are drawn before the clock
+    starts, the gradients dropped after it stops."""
     if batch.rows == 0:
         return 0.0
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch.rows, batch.length, model.width, generator=generator)
-    start = time.perf_counter()
+    start = time.process_time()
     model(x, batch, packed).square().mean().backward()
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     model.zero_grad(set_to_none=True)
     return elapsed
 
@@ -247,9 +251,9 @@ def measure(
     scale: int = SCALE,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """Time every rank's batch at every chosen step ``repeats`` times (the repeats
-    interleaved over the runs); one row per run with each (step, rank)'s median, least
-    and most seconds."""
+    """Time every rank's batch at every chosen step ``repeats`` times (interleaved: each
+    repeat times every run's first chosen step, then every run's second, ...); one row
+    per run with each (step, rank)'s median, least and most CPU seconds."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     if model is None:
@@ -267,15 +271,16 @@ def measure(
         [[[] for _ in step] for step in steps] for steps in scaled
     ]
     started = time.perf_counter()
+    most = max((len(steps) for steps in scaled), default=0)
     for repeat in range(repeats):
-        for number, ((name, ranks, key, packed, *_), steps) in enumerate(
-            zip(chosen, scaled, strict=True)
-        ):
-            for step, batches in enumerate(steps):
-                for rank, batch in enumerate(batches):
+        for step in range(most):  # every run's step, then the next: a change of load is shared
+            for number, ((*_, packed, _, _, _), steps) in enumerate(
+                zip(chosen, scaled, strict=True)
+            ):
+                for rank, batch in enumerate(steps[step] if step < len(steps) else []):
                     timings[number][step][rank].append(time_batch(model, batch, packed))
             progress(
-                f"repeat {repeat + 1}/{repeats}: {name}, {ranks} ranks, {key} "
+                f"repeat {repeat + 1}/{repeats}, timed step {step + 1}/{most} of every run "
                 f"({time.perf_counter() - started:.0f} s)"
             )
     rows = []
@@ -401,6 +406,7 @@ def record(
         "machine": _machine(),
         "load average (1 min) before, after": [round(before[0], 2), round(after[0], 2)],
         "threads": THREADS,
+        "clock": "time.process_time (CPU seconds of the process)",
         "model": {"layers": LAYERS, "width": WIDTH, "heads": HEADS, "mlp": 4 * WIDTH},
         "scale": SCALE,
         "context": CONTEXT,
