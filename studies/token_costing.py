@@ -52,9 +52,17 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedPackedBatchSampler, DistributedTokenBatchSampler, TokenCost
 from samplers.tokens.packing import row_starts
-from studies.token_batching import Shares, StepModel
+from studies.token_batching import Shares, StepModel, batch_size_like
 
-__all__ = ["PACKED", "QUADRATIC", "SAMPLERS", "measure", "quadratic_budget", "resumes_elsewhere"]
+__all__ = [
+    "PACKED",
+    "QUADRATIC",
+    "SAMPLERS",
+    "measure",
+    "quadratic_budget",
+    "resumes_elsewhere",
+    "simulated_step",
+]
 
 #: ``q`` of the quadratic cost: the step model's ``1 / per_square`` (width 1024 x 6).
 QUADRATIC = round(1 / StepModel().per_square)
@@ -103,6 +111,26 @@ def _build(
     raise ValueError(f"unknown sampler {key!r}")
 
 
+def _stock(size: int, world: int, epoch: int, seed: int, batch_size: int) -> Shares:
+    """torch's ``DistributedSampler`` over ``range(size)`` on every rank, its shares cut
+    into batches of ``batch_size`` (the last one kept)."""
+    shares = []
+    for rank in range(world):
+        dataset: Any = range(size)
+        stock: StockSampler[int] = StockSampler(dataset, world, rank, seed=seed)
+        stock.set_epoch(epoch)
+        indices = list(stock)
+        shares.append([indices[i : i + batch_size] for i in range(0, len(indices), batch_size)])
+    return shares
+
+
+def _ours_per_batch(
+    lengths: torch.Tensor, world: int, seed: int, max_tokens: int, context: int
+) -> int:
+    """Ours' mean samples per batch (padded, epoch 0): the peers' fixed batch size."""
+    return batch_size_like(_epoch("padded", lengths, world, 0, seed, max_tokens, context))
+
+
 def _epoch(
     key: str,
     lengths: torch.Tensor,
@@ -113,15 +141,7 @@ def _epoch(
     context: int,
 ) -> Shares:
     if key == "fixed":
-        size = max_tokens // context
-        shares = []
-        for rank in range(world):
-            dataset: Any = range(lengths.numel())
-            stock: StockSampler[int] = StockSampler(dataset, world, rank, seed=seed)
-            stock.set_epoch(epoch)
-            indices = list(stock)
-            shares.append([indices[i : i + size] for i in range(0, len(indices), size)])
-        return shares
+        return _stock(lengths.numel(), world, epoch, seed, max_tokens // context)
     shares = []
     for rank in range(world):
         sampler = _build(key, lengths, world, rank, seed, max_tokens, context)
@@ -141,18 +161,12 @@ def _trl_bfd(
     rows: list[list[int]] = [[] for _ in range(max(assigned, default=-1) + 1)]
     for index, row in zip(order, assigned, strict=True):
         rows[row].append(index)
-    size = max_tokens // context
-    shares = []
-    for rank in range(world):
-        dataset: Any = range(len(rows))
-        stock: StockSampler[int] = StockSampler(dataset, world, rank, seed=seed)
-        stock.set_epoch(epoch)
-        picked = list(stock)
-        batches = [picked[i : i + size] for i in range(0, len(picked), size)]
-        # A batch's rows in the order they were opened: their lengths alone tell them apart
-        # again (samplers.tokens.packing.row_starts), as measure() reads them.
-        shares.append([[i for r in sorted(batch) for i in rows[r]] for batch in batches])
-    return shares
+    # A batch's rows in the order they were opened: their lengths alone tell them apart
+    # again (samplers.tokens.packing.row_starts), as measure() reads them.
+    return [
+        [[i for r in sorted(batch) for i in rows[r]] for batch in share]
+        for share in _stock(len(rows), world, epoch, seed, max_tokens // context)
+    ]
 
 
 def _rebalance(
@@ -164,9 +178,7 @@ def _rebalance(
         return None
     from transformers.trainer_pt_utils import BatchRebalanceSampler
 
-    ours = _epoch("padded", lengths, world, 0, seed, max_tokens, context)
-    batches = [batch for share in ours for batch in share]
-    per_batch = max(1, round(sum(map(len, batches)) / len(batches)))
+    per_batch = _ours_per_batch(lengths, world, seed, max_tokens, context)
     values = lengths.tolist()
     shares = []
     for rank in range(world):
@@ -187,9 +199,7 @@ def _trainer_grouped(
     from torch.utils.data import BatchSampler
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    ours = _epoch("padded", lengths, world, 0, seed, max_tokens, context)
-    batches = [batch for share in ours for batch in share]
-    per_batch = max(1, round(sum(map(len, batches)) / len(batches)))
+    per_batch = _ours_per_batch(lengths, world, seed, max_tokens, context)
     values = lengths.tolist()
     shares = []
     for rank in range(world):
@@ -328,11 +338,9 @@ def resumes_elsewhere(
     return "yes" if sorted(seen) == list(range(lengths.numel())) else "no"
 
 
-def _processed(
-    key: str, values: list[int], batch: list[int], context: int
-) -> tuple[int, float, bool]:
-    """(tokens processed, attention term d²/q summed, over the sampler's own limit)."""
-    lengths = [values[i] for i in batch]
+def _processed(key: str, lengths: list[int], context: int) -> tuple[int, float, bool]:
+    """A batch of ``lengths`` (in the sampler's order) as sampler ``key`` processes it:
+    (tokens processed, attention term d²/q summed, over the sampler's own limit)."""
     if not lengths:
         return 0, 0.0, False
     if key in PACKED:
@@ -343,6 +351,19 @@ def _processed(
         return len(rows) * context, sum(d * d for d in lengths) / QUADRATIC, over
     longest = max(lengths)
     return len(lengths) * longest, len(lengths) * longest**2 / QUADRATIC, False
+
+
+def simulated_step(
+    key: str, lengths: list[int], context: int, model: StepModel | None = None
+) -> float:
+    """The simulated time of one rank's batch of ``lengths`` under ``model`` (default
+    ``StepModel()``): its overhead, the tokens processed and the attention term; 0 for
+    no batch."""
+    model = model or StepModel()
+    if not lengths:
+        return 0.0
+    done, attention, _ = _processed(key, lengths, context)
+    return model.overhead + model.per_token * done + attention
 
 
 def measure(
@@ -363,9 +384,9 @@ def measure(
     for step in range(steps):
         tokens, weighted, times = [], [], []
         for share in shares:
-            batch = share[step] if step < len(share) else []
-            done, attention, beyond = _processed(key, values, batch, context)
-            real += sum(values[i] for i in batch)
+            batch = [values[i] for i in share[step]] if step < len(share) else []
+            done, attention, beyond = _processed(key, batch, context)
+            real += sum(batch)
             processed += done
             if key in ("quadratic", "lhotse-quadratic"):
                 beyond = len(batch) > 1 and done + attention > quadratic
@@ -374,7 +395,7 @@ def measure(
             over += beyond
             tokens.append(done)
             weighted.append(done + attention)
-            times.append(model.overhead + model.per_token * done + attention if batch else 0.0)
+            times.append(simulated_step(key, batch, context, model))
         worst += max(tokens)
         mean += sum(tokens) / len(tokens)
         worst_time += max(weighted)

@@ -12,10 +12,12 @@ from typing import Any
 
 import pandas as pd
 
+from studies import token_timing
 from studies.findings import Evidence, Table
 from studies.findings.token_batches import MAX_TOKENS, SEED, WORLD_SIZES, datasets
 from studies.findings.wording import count_of, joined
 from studies.token_costing import (
+    PACKED,
     QUADRATIC,
     SAMPLERS,
     measure,
@@ -60,9 +62,13 @@ LIMITS = {
 PACKED_TARGET = 0.98
 
 
-def compare() -> pd.DataFrame:
+def compare() -> tuple[pd.DataFrame, dict[tuple[str, int, str], Any]]:
+    """The runs' table; and the shares at the timed world size, with the lengths, by
+    (data, ranks, sampler key), to check the timing record against."""
     rows: list[dict[str, Any]] = []
+    current: dict[tuple[str, int, str], Any] = {}
     for name, lengths in datasets().items():
+        values = lengths.tolist()
         for world in WORLD_SIZES:
             other = world // 2 + 1
             times: dict[str, float] = {}
@@ -70,6 +76,8 @@ def compare() -> pd.DataFrame:
                 shares = run(lengths, world, 0, SEED, MAX_TOKENS, CONTEXT)
                 if shares is None:
                     continue  # an optional peer that is not installed
+                if world == token_timing.RANKS:
+                    current[(name, world, key)] = (shares, values)
                 measured = measure(key, lengths, shares, MAX_TOKENS, CONTEXT)
                 times[key] = float(measured.pop("simulated epoch time"))
                 rows.append(
@@ -85,7 +93,7 @@ def compare() -> pd.DataFrame:
                         ),
                     }
                 )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), current
 
 
 def _range(values: pd.Series, form: str) -> str:
@@ -272,11 +280,154 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The timed table's columns (read from the record by :func:`timed`).
+MEASURED, SIMULATED = "per sample / padded, measured", "per sample / padded, simulated"
+STRAGGLER_MEASURED, STRAGGLER_SIMULATED = "straggler ratio, measured", "straggler ratio, simulated"
+
+
+def timed(current: dict[tuple[str, int, str], Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The recorded CPU timing (:mod:`studies.token_timing`) against the simulated time
+    of the same batches, one row per run; and the record (with ``"stale"``: its runs
+    whose batches differ from the samplers' ``current`` shares)."""
+    recorded = token_timing.load()
+    recorded["stale"] = token_timing.stale(recorded, current)
+    frame = pd.DataFrame(token_timing.compared(recorded, CONTEXT))
+    frame["sampler"] = frame["sampler"].map(NAMES)
+    frame["CPU ms per sample, measured"] = frame["per sample, measured"] * 1000
+    columns = ["data", "ranks", "sampler", "steps timed", "epoch steps", "samples"]
+    columns += ["CPU ms per sample, measured", MEASURED, SIMULATED]
+    return frame[[*columns, STRAGGLER_MEASURED, STRAGGLER_SIMULATED]], recorded
+
+
+def agreement(frame: pd.DataFrame) -> dict[str, Any]:
+    """How the measured and simulated columns agree: per configuration, the pairs of
+    samplers ordered differently by time per sample (measured against simulated); and
+    the largest relative gap of the ratio to ours padded and of the straggler ratio,
+    with where it was."""
+    swapped, pairs = {}, {}
+    for configuration, group in frame.groupby(["data", "ranks"], sort=False):
+        measured, simulated = group[MEASURED].tolist(), group[SIMULATED].tolist()
+        both = [
+            (measured[i] - measured[j]) * (simulated[i] - simulated[j])
+            for i in range(len(group))
+            for j in range(i + 1, len(group))
+        ]
+        swapped[configuration] = sum(product < 0 for product in both)
+        pairs[configuration] = len(both)
+    found: dict[str, Any] = {"swapped": swapped, "pairs": pairs}
+    for name, (one, other) in {
+        "ratio": (MEASURED, SIMULATED),
+        "straggler": (STRAGGLER_MEASURED, STRAGGLER_SIMULATED),
+    }.items():
+        gaps = (frame[one] / frame[other] - 1).abs()
+        worst = frame.loc[gaps.idxmax()]
+        found[name] = (float(gaps.max()), worst["sampler"], worst["data"])
+        found[name + " values"] = (float(worst[one]), float(worst[other]))
+    return found
+
+
+def _timed_claim(frame: pd.DataFrame) -> str:
+    found = agreement(frame)
+    same = sum(count == 0 for count in found["swapped"].values())
+    gap = found["ratio"][0]
+    return (
+        " Timed on CPU (forward and backward passes of a small transformer over the batches "
+        "each rank gets), the samplers came in the simulated order of time per sample in "
+        f"{count_of(same, len(found['swapped']), 'configurations timed')}, each one's "
+        f"ratio to ours padded within {gap:.0%} of the simulated ratio."
+    )
+
+
+def _by_batch_kind(frame: pd.DataFrame) -> str:
+    """The gap of the ratios to ours padded, measured over simulated, for packed batches
+    and for padded ones apart."""
+    packed = frame["sampler"].isin([NAMES[key] for key in PACKED])
+    over = frame[MEASURED] / frame[SIMULATED]
+    padded = frame[~packed]
+    gaps = (over[~packed] - 1).abs()
+    worst = padded.loc[gaps.idxmax()]
+    return (
+        f"; the packed batches' measured ratios were {_range(over[packed], '.2f')} times "
+        "the simulated ones (their attention ran as one call per sample), the padded "
+        f"batches' within {gaps.max():.0%} ({worst['sampler']}, {worst['data']})"
+    )
+
+
+def _timed_prose(frame: pd.DataFrame, recorded: dict[str, Any]) -> str:
+    model, machine = recorded["model"], recorded["machine"]
+    scale, context = recorded["scale"], recorded["context"]
+    found = agreement(frame)
+    configurations = len(found["swapped"])
+    same = sum(count == 0 for count in found["swapped"].values())
+    order = f"in {count_of(same, configurations, 'configurations')}"
+    if same < configurations:
+        order += "; " + "; ".join(
+            f"on the {data} data {found['swapped'][(data, ranks)]} of the "
+            f"{found['pairs'][(data, ranks)]} pairs of samplers came the other way round"
+            for data, ranks in found["swapped"]
+            if found["swapped"][(data, ranks)]
+        )
+    gap, gap_sampler, gap_data = found["ratio"]
+    measured, simulated = found["ratio values"]
+    lag, lag_sampler, lag_data = found["straggler"]
+    lagged, modelled = found["straggler values"]
+    fastest = [
+        f"{group.loc[group[MEASURED].idxmin(), 'sampler']} on the {data} data (simulated: "
+        f"{group.loc[group[SIMULATED].idxmin(), 'sampler']})"
+        for (data, _), group in frame.groupby(["data", "ranks"], sort=False)
+    ]
+    before, after = recorded["load average (1 min) before, after"]
+    stale = recorded["stale"]
+    text = (
+        "\n\nMeasured, not only simulated. The batches each rank gets at "
+        f"{recorded['steps per run']} steps spread evenly over each sampler's epoch "
+        f"({joined(sorted(set(frame['ranks'])))} ranks, both distributions) went through a "
+        f"{model['layers']}-layer transformer of width {model['width']} ({model['heads']} "
+        f"heads, MLP {model['mlp']}) on CPU, forward and backward, one rank after the "
+        f"other in one process ({recorded['threads']} thread, torch {machine['torch']}, "
+        f"{machine['cores']} cores), each timed in CPU seconds of the process "
+        f"{recorded['repeats']} times, every sampler's first timed step before any "
+        f"second one, the median kept. Lengths were divided by {scale} (a row of the "
+        f"context is {context // scale} positions), so that attention costs the share of "
+        "a token's work it has in the step model at width 1024. A padded batch ran as "
+        "count x longest, attention over "
+        f"each whole row; a packed batch as its rows of {context // scale} positions with "
+        "attention within each sample only, one scaled_dot_product_attention call per "
+        "sample: the work of a varlen kernel given cu_seqlens, in as many calls as "
+        "samples. Time per sample is the sum over the timed steps of the slowest rank's "
+        "time over the samples the ranks took at those steps (not the whole epoch's mix "
+        "of lengths), shown over ours padded's; the straggler "
+        "ratio is the slowest rank's time summed over the ranks' mean. The simulated "
+        "columns are the step model's times (with its overhead) for the same batches."
+        "\n\nBy time per sample, the measured order of the "
+        f"{len(frame) // configurations} samplers was the simulated one {order}. The "
+        f"measured ratio to ours padded was at most {gap:.0%} from the simulated one "
+        f"({gap_sampler}, {gap_data}: {measured:.2f} measured against {simulated:.2f})"
+        f"{_by_batch_kind(frame)}. Fastest per sample, measured: {joined(fastest)}. The "
+        "measured straggler ratios "
+        f"were {_range(frame[STRAGGLER_MEASURED], '.3f')} against "
+        f"{_range(frame[STRAGGLER_SIMULATED], '.3f')} simulated, at most {lag:.0%} apart "
+        f"({lag_sampler}, {lag_data}: {lagged:.3f} against {modelled:.3f}). The times "
+        f"were recorded in {recorded['seconds recording']:.0f} s on a machine shared with "
+        f"other work (load average {before} before, {after} after): CPU time leaves out "
+        "the time that work held the core, not its contention for caches and memory. "
+    )
+    if stale:
+        return text + (
+            f"The record's batches differ from what the samplers give now in {len(stale)} "
+            f"runs ({'; '.join(stale)}): re-record with `python -m studies.token_timing "
+            "--record`."
+        )
+    return text + "The recorded batches are the ones the samplers give now, run by run."
+
+
 def build() -> Evidence:
-    table = compare()
+    table, current = compare()
+    measured, recorded = timed(current)
+    machine = recorded["machine"]
     return Evidence(
-        claim=claim(table),
-        prose=prose(table),
+        claim=claim(table) + _timed_claim(measured),
+        prose=prose(table) + _timed_prose(measured, recorded),
         tables=(
             Table(
                 "One epoch per sampler, side by side",
@@ -288,6 +439,17 @@ def build() -> Evidence:
                     f"Seed {SEED}, epoch 0; max_tokens={MAX_TOKENS:,}; lengths truncated to "
                     f"{CONTEXT:,} tokens; resumed on world size // 2 + 1 ranks from a state "
                     "saved at half the epoch's steps."
+                ),
+            ),
+            Table(
+                "Measured on CPU against simulated, the same steps",
+                measured,
+                floatfmt=".3f",
+                note=(
+                    "Recorded by `python -m studies.token_timing --record` "
+                    f"({token_timing.RECORDED.relative_to(token_timing.RECORDED.parents[2])}) "
+                    f"on {machine['cores']} cores ({machine['processor']}), Python "
+                    f"{machine['Python']}, torch {machine['torch']}."
                 ),
             ),
         ),
