@@ -181,7 +181,7 @@ def test_neighbouring_batches_cost_about_the_same() -> None:
 
 
 @pytest.mark.parametrize("kind", ["padded", "sum"])
-def test_order_is_the_same_whatever_the_chunking(monkeypatch, kind) -> None:
+def test_order_is_the_same_whatever_the_chunking_and_the_sort(monkeypatch, kind) -> None:
     lengths = torch.randint(0, 300, (5000,), generator=torch.Generator().manual_seed(2))
 
     def planned() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -191,9 +191,10 @@ def test_order_is_the_same_whatever_the_chunking(monkeypatch, kind) -> None:
 
     expected = planned()
     assert expected[2] == 1
-    for chunk, concurrent in ((100, 1), (100, 10**9), (10**6, 1)):
+    # Windows sorted by the radix sort (lengths up to RADIX_LONGEST) or by torch's sort.
+    for chunk, radix in ((100, -1), (100, 2**16 - 1), (10**6, -1)):
         monkeypatch.setattr(token_order, "CHUNK_SAMPLES", chunk)
-        monkeypatch.setattr(token_order, "CONCURRENT_WINDOWS", concurrent)
+        monkeypatch.setattr(token_order, "RADIX_LONGEST", radix)
         order, starts, chunks = planned()
         assert (chunks == 1) == (chunk > 5000)
         assert torch.equal(order, expected[0]) and torch.equal(starts, expected[1])
