@@ -191,7 +191,9 @@ def test_order_is_the_same_whatever_the_chunking_and_the_sort(monkeypatch, kind)
 
     expected = planned()
     assert expected[2] == 1
-    # Windows sorted by the radix sort (lengths up to RADIX_LONGEST) or by torch's sort.
+    # Windows sorted by the radix sort (lengths up to RADIX_LONGEST) or by torch's sort;
+    # chunks of 100 samples (longest 299) divide the budget by each length, larger ones
+    # read a table of every length up to the longest.
     for chunk, radix in ((100, -1), (100, 2**16 - 1), (10**6, -1)):
         monkeypatch.setattr(token_order, "CHUNK_SAMPLES", chunk)
         monkeypatch.setattr(token_order, "RADIX_LONGEST", radix)
