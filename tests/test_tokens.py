@@ -6,12 +6,18 @@ computed here from the lengths (costs, counts, coverage), not read from the layo
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import pickle
+import subprocess
+import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -181,7 +187,7 @@ def test_neighbouring_batches_cost_about_the_same() -> None:
 
 
 @pytest.mark.parametrize("kind", ["padded", "sum"])
-def test_order_is_the_same_whatever_the_chunking(monkeypatch, kind) -> None:
+def test_order_is_the_same_whatever_the_chunking_and_the_sort(monkeypatch, kind) -> None:
     lengths = torch.randint(0, 300, (5000,), generator=torch.Generator().manual_seed(2))
 
     def planned() -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -191,12 +197,52 @@ def test_order_is_the_same_whatever_the_chunking(monkeypatch, kind) -> None:
 
     expected = planned()
     assert expected[2] == 1
-    for chunk, concurrent in ((100, 1), (100, 10**9), (10**6, 1)):
+    # Windows sorted by the radix sort (lengths up to RADIX_LONGEST) or by torch's sort;
+    # chunks of 100 samples (longest 299) divide the budget by each length, larger ones
+    # read a table of every length up to the longest; without numpy, torch alone.
+    cases = ((100, -1, True), (100, 2**16 - 1, True), (10**6, -1, True), (100, 2**16 - 1, False))
+    for chunk, radix, with_numpy in cases:
         monkeypatch.setattr(token_order, "CHUNK_SAMPLES", chunk)
-        monkeypatch.setattr(token_order, "CONCURRENT_WINDOWS", concurrent)
+        monkeypatch.setattr(token_order, "RADIX_LONGEST", radix)
+        monkeypatch.setattr(token_order, "numpy", np if with_numpy else None)
         order, starts, chunks = planned()
         assert (chunks == 1) == (chunk > 5000)
         assert torch.equal(order, expected[0]) and torch.equal(starts, expected[1])
+
+
+def test_the_sampler_needs_only_torch() -> None:
+    """Planned with numpy hidden (a fresh interpreter where ``import numpy`` fails): the
+    same batches and the same digest of the lengths as here, with numpy."""
+    script = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "import warnings, json, torch\n"
+        "warnings.simplefilter('ignore')\n"
+        "import samplers.tokens.order as o\n"
+        "assert o.numpy is None\n"
+        "from samplers import DistributedTokenBatchSampler\n"
+        "lengths = torch.randint(0, 70000, (3000,), generator=torch.Generator().manual_seed(5))\n"
+        "lengths[::2] %= 300\n"
+        "s = DistributedTokenBatchSampler(lengths, 90000, 3, 1, cost='sum', window=101)\n"
+        "print(json.dumps([list(s), s.length_digest]))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    batches, digest = json.loads(done.stdout)
+    lengths = torch.randint(0, 70000, (3000,), generator=torch.Generator().manual_seed(5))
+    lengths[::2] %= 300
+    here = build(lengths, 90000, 3, 1, cost="sum", window=101)
+    assert batches == list(here) and len(batches) > 1
+    little_endian = lengths.numpy().astype("<i8").tobytes()
+    expected = hashlib.blake2b(little_endian, digest_size=16).hexdigest()
+    assert digest == here.length_digest == expected
 
 
 def test_the_first_batch_plans_only_the_first_chunk(monkeypatch) -> None:

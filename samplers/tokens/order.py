@@ -35,7 +35,9 @@ size.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -45,15 +47,20 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import torch
 
+try:  # optional: the sampler needs only torch; numpy, when installed, plans faster
+    import numpy
+except ImportError:  # pragma: no cover - exercised by a test that hides numpy
+    numpy = None  # type: ignore[assignment]
+
 from samplers.plan import Order, Permutation, ceil_div, make_order
 from samplers.tokens.cost import COSTS, Cost, CostLike, TokenCost, as_cost
 
 __all__ = [
     "CHUNK_SAMPLES",
-    "CONCURRENT_WINDOWS",
     "COSTS",
     "LEVELS",
     "MIN_WINDOWS",
+    "RADIX_LONGEST",
     "WINDOW_BATCHES",
     "Cost",
     "Span",
@@ -73,8 +80,8 @@ WINDOW_BATCHES = 64
 MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks of about this many samples.
 CHUNK_SAMPLES = 1 << 16
-#: Chunks of at least this many windows are cut all windows at once (see ``_cut``).
-CONCURRENT_WINDOWS = 16
+#: Windows whose lengths are all at most this are sorted by a radix sort (16-bit keys).
+RADIX_LONGEST = 2**16 - 1
 #: Chunks kept planned (their indices): the one being read and the one before.
 CACHED_CHUNKS = 4
 
@@ -137,26 +144,24 @@ def length_digest(lengths: torch.Tensor) -> str:
     digest = hashlib.blake2b(digest_size=16)
     step = CHUNK_SAMPLES * 16
     for start in range(0, lengths.numel(), step):
-        chunk = lengths[start : start + step].to(torch.int64).numpy()
-        digest.update(chunk.astype("<i8", copy=False).tobytes())
+        chunk = lengths[start : start + step].to(torch.int64).contiguous()
+        if sys.byteorder != "little":
+            chunk = chunk.view(torch.uint8).view(-1, 8).flip(1).contiguous()
+        digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel() * chunk.element_size()))
     return digest.hexdigest()
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Each of ``values`` repeated ``counts`` times (non-negative), in order.
 
-    ``torch.repeat_interleave`` does the same, but its CPU kernel wakes the intra-op
-    thread pool even for a handful of elements, which costs milliseconds per call on a
-    busy machine; a cumulative sum of boundary marks costs microseconds.
+    ``numpy.repeat`` on the tensors' memory: ``torch.repeat_interleave``'s CPU kernel
+    wakes the intra-op thread pool even for a handful of elements, which costs
+    milliseconds per call on a busy machine, and takes twice as long as numpy's on one
+    thread (a few thousand counts). Without numpy, ``torch.repeat_interleave``.
     """
-    total = int(counts.sum())
-    if total == 0:
-        return values[:0]
-    ends = torch.cumsum(counts, 0)[:-1]
-    ends = ends[ends < total]
-    marks = torch.zeros(total, dtype=torch.int64)
-    marks.index_add_(0, ends, torch.ones_like(ends))
-    return values[torch.cumsum(marks, 0)]
+    if numpy is None:
+        return torch.repeat_interleave(values, counts)
+    return torch.from_numpy(numpy.repeat(values.numpy(), counts.numpy()))
 
 
 def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> torch.Tensor:
@@ -340,44 +345,31 @@ class TokenOrder(Order):
             return Span(lo, hi, empty, empty)
         indices = self.permuted.at(torch.arange(lo, hi, dtype=torch.int64))
         rows = ceil_div(count, window)
-        grid = torch.full((rows * window,), -1, dtype=self.lengths.dtype)
-        grid[:count] = self.lengths[indices]
-        # Longest first within each window (a row); ties keep the permutation order. The
-        # last row's filler (-1) sorts to its end, so the first `count` cells are the samples.
-        values, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
-        lengths = values.view(-1)[:count].to(torch.int64)
-        column = column.view(-1)[:count]
+        drawn = self.lengths.index_select(0, indices)
+        # Longest first within each window (a row); ties keep the permutation order.
+        column = _longest_first(drawn, rows, window, count)
         local = torch.arange(count, dtype=torch.int64)
-        window_start = local - local % window
-        indices = indices[window_start + column]
-        window_end = torch.clamp(window_start + window, max=count)
+        window_start = torch.arange(0, rows * window, window, dtype=torch.int64)
+        source = (column.view(rows, window) + window_start[:, None]).view(-1)[:count]
+        indices = indices.index_select(0, source)
+        lengths = drawn.index_select(0, source).to(torch.int64)
+        column = column[:count]
+        window_end = torch.clamp(window_start + window, max=count)[:, None]
+        window_end = window_end.expand(rows, window).reshape(-1)[:count]
         indices, lengths, column, starts = self._batches(
             indices, lengths, column, local, window_end, count
         )
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
-        batch_window = starts // window
-        # Order each window's batches by cost level, rising in even windows and falling in
-        # odd ones; ties by where the batch's first sample was in the permutation.
-        budget = self._level_budget()
-        level = torch.where(
-            costs > budget,
-            torch.full_like(costs, LEVELS + 1),
-            costs * LEVELS // max(budget, 1),
+        moved, new_sizes, new_starts = _by_cost_level(
+            costs, starts, sizes, column, lo // window, window, self._level_budget()
         )
-        odd = (batch_window + (lo // window)) % 2 == 1
-        level = torch.where(odd, LEVELS + 1 - level, level)
-        tie = column[starts]
-        sequence = torch.argsort((batch_window * (LEVELS + 2) + level) * window + tie)
-        new_sizes = sizes[sequence]
-        new_starts = torch.cumsum(new_sizes, 0) - new_sizes
-        moved_to = torch.empty_like(starts)
-        moved_to[sequence] = new_starts
-        shift = repeat(moved_to - starts, sizes)
-        ordered = torch.empty_like(indices)
-        ordered[local + shift] = indices
+        # Position q of the new order's batch j is position starts[j'] + (q - new_starts[j])
+        # of the cut order, j' = sequence[j].
+        taken = local + repeat(moved, new_sizes)
         dtype = torch.int32 if max(self.size, self.lengths.numel()) < 2**31 else torch.int64
-        return Span(lo, hi, ordered.to(dtype), new_starts + lo)
+        ordered = indices.index_select(0, taken).to(dtype)
+        return Span(lo, hi, ordered, new_starts + lo)
 
     def _batches(
         self,
@@ -417,33 +409,32 @@ class TokenOrder(Order):
         if self.model.kind == "padded":
             # Longest first: a batch starting at i holds max(1, budget // cost[i]) samples.
             # At most a window's worth, so that ``local + fits`` cannot overflow.
-            budget = min(budget, max(int(each.max()), 1) * self.window)
-            fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=self.window)
+            longest = int(each.max())
+            budget = min(budget, max(longest, 1) * self.window)
+            if self.model.linear and longest <= count:
+                # Read from a table of every length up to the longest (lengths are at
+                # least 0): one integer division per possible length rather than one per
+                # sample (divisions are slow).
+                costs = torch.clamp(torch.arange(longest + 1), min=1)
+                table = torch.clamp(budget // costs, min=1, max=self.window)
+                fits = table.index_select(0, each)
+            else:
+                fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=self.window)
             after = torch.minimum(local + fits, window_end)
         else:
             total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
             budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
-        windows = ceil_div(count, self.window)
-        if windows < CONCURRENT_WINDOWS:
-            # Few windows: follow the one chain through them in Python (one step per batch).
-            following: list[int] = after.tolist()
-            found, position = [], 0
-            while position < count:
-                found.append(position)
-                position = following[position]
-            return torch.tensor(found, dtype=torch.int64)
-        after = torch.cat([after, torch.tensor([count])])
-        is_start = torch.zeros(count, dtype=torch.bool)
-        current = torch.arange(0, count, self.window, dtype=torch.int64)
-        ends = torch.clamp(current + self.window, max=count)
-        while current.numel():
-            is_start[current] = True
-            current = after[current]
-            going = current < ends
-            current, ends = current[going], ends[going]
-        return torch.nonzero(is_start).squeeze(1)
+        # Every window's chain of batch starts, one after the other (after[i] never passes
+        # the window's end), followed in Python: one step per batch, reading ``after``
+        # through a memoryview (a Python int per read, nothing converted in bulk).
+        following = after.tolist() if numpy is None else memoryview(after.contiguous().numpy().data)
+        found, position = [], 0
+        while position < count:
+            found.append(position)
+            position = following[position]
+        return torch.tensor(found, dtype=torch.int64)
 
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
@@ -452,6 +443,60 @@ class TokenOrder(Order):
             # The longest is the first.
             return self.model.sample_costs(lengths[starts]) * sizes
         return batch_costs(lengths, sizes, self.model)
+
+
+def _longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> torch.Tensor:
+    """Where each window's samples go, longest first: ``rows x window`` columns (int64),
+    row ``r``'s column ``j`` the place in window ``r`` of its ``j``-th longest sample,
+    ties in window order; the last row's missing cells (past ``count``) come last.
+
+    Lengths up to :data:`RADIX_LONGEST` are sorted as 16-bit keys (numpy's stable sort of
+    16-bit integers is a radix sort, several times faster than a comparison sort);
+    longer ones, or without numpy, by torch's stable sort (the same order).
+    """
+    if numpy is not None and count and int(lengths.max()) <= RADIX_LONGEST:
+        keys = numpy.full(rows * window, RADIX_LONGEST, dtype=numpy.uint16)
+        # Longest first = smallest key first; a missing cell gets the largest key, and
+        # comes after any real sample of length 0 (stable: it is later in its row).
+        numpy.subtract(RADIX_LONGEST, lengths.numpy(), out=keys[:count], casting="unsafe")
+        found = numpy.argsort(keys.reshape(rows, window), axis=1, kind="stable")
+        return torch.from_numpy(found.astype(numpy.int64, copy=False)).view(-1)
+    grid = torch.full((rows * window,), -1, dtype=lengths.dtype)
+    grid[:count] = lengths
+    _, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
+    return column.view(-1)
+
+
+def _by_cost_level(
+    costs: torch.Tensor,
+    starts: torch.Tensor,
+    sizes: torch.Tensor,
+    column: torch.Tensor,
+    first_window: int,
+    window: int,
+    budget: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A chunk's batches put in order of cost level within each window, rising in even
+    windows (counted from the epoch's start, ``first_window`` being the chunk's first)
+    and falling in odd ones; ties by where the batch's first sample was in the
+    permutation (a batch's first sample is its own: the keys differ).
+
+    Returns, in the new order, each batch's shift (its old start minus its new one), its
+    size and its new start (local). The same arithmetic in numpy when installed (a few
+    thousand batches a chunk, where each torch call costs more than its work) or torch.
+    """
+    xp: Any = torch if numpy is None else numpy
+    arrays = [t if numpy is None else t.numpy() for t in (costs, starts, sizes, column)]
+    costs_, starts_, sizes_, column_ = arrays
+    batch_window = starts_ // window
+    level = xp.where(costs_ > budget, LEVELS + 1, costs_ * LEVELS // max(budget, 1))
+    odd = (batch_window + first_window) % 2 == 1
+    level = xp.where(odd, LEVELS + 1 - level, level)
+    sequence = xp.argsort((batch_window * (LEVELS + 2) + level) * window + column_[starts_])
+    new_sizes = sizes_[sequence]
+    new_starts = xp.cumsum(new_sizes, 0) - new_sizes
+    found = (starts_[sequence] - new_starts, new_sizes, new_starts)
+    return tuple(torch.as_tensor(value) for value in found)  # type: ignore[return-value]
 
 
 def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:
