@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+import samplers.tokens.arrays as token_arrays
 import samplers.tokens.order as token_order
 from samplers import DistributedTokenBatchSampler, SamplerWarning
 from samplers.tokens.order import TokenOrder
@@ -203,8 +204,8 @@ def test_order_is_the_same_whatever_the_chunking_and_the_sort(monkeypatch, kind)
     cases = ((100, -1, True), (100, 2**16 - 1, True), (10**6, -1, True), (100, 2**16 - 1, False))
     for chunk, radix, with_numpy in cases:
         monkeypatch.setattr(token_order, "CHUNK_SAMPLES", chunk)
-        monkeypatch.setattr(token_order, "RADIX_LONGEST", radix)
-        monkeypatch.setattr(token_order, "numpy", np if with_numpy else None)
+        monkeypatch.setattr(token_arrays, "RADIX_LONGEST", radix)
+        monkeypatch.setattr(token_arrays, "numpy", np if with_numpy else None)
         order, starts, chunks = planned()
         assert (chunks == 1) == (chunk > 5000)
         assert torch.equal(order, expected[0]) and torch.equal(starts, expected[1])
@@ -217,7 +218,7 @@ def test_the_sampler_needs_only_torch() -> None:
         "import sys; sys.modules['numpy'] = None\n"
         "import warnings, json, torch\n"
         "warnings.simplefilter('ignore')\n"
-        "import samplers.tokens.order as o\n"
+        "import samplers.tokens.arrays as o\n"
         "assert o.numpy is None\n"
         "from samplers import DistributedTokenBatchSampler\n"
         "lengths = torch.randint(0, 70000, (3000,), generator=torch.Generator().manual_seed(5))\n"

@@ -47,12 +47,8 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import torch
 
-try:  # optional: the sampler needs only torch; numpy, when installed, plans faster
-    import numpy
-except ImportError:  # pragma: no cover - exercised by a test that hides numpy
-    numpy = None  # type: ignore[assignment]
-
 from samplers.plan import Order, Permutation, ceil_div, make_order
+from samplers.tokens.arrays import RADIX_LONGEST, by_cost_level, follow, longest_first, repeat
 from samplers.tokens.cost import COSTS, Cost, CostLike, TokenCost, as_cost
 
 __all__ = [
@@ -80,8 +76,6 @@ WINDOW_BATCHES = 64
 MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks of about this many samples.
 CHUNK_SAMPLES = 1 << 16
-#: Windows whose lengths are all at most this are sorted by a radix sort (16-bit keys).
-RADIX_LONGEST = 2**16 - 1
 #: Chunks kept planned (their indices): the one being read and the one before.
 CACHED_CHUNKS = 4
 
@@ -149,19 +143,6 @@ def length_digest(lengths: torch.Tensor) -> str:
             chunk = chunk.view(torch.uint8).view(-1, 8).flip(1).contiguous()
         digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel() * chunk.element_size()))
     return digest.hexdigest()
-
-
-def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Each of ``values`` repeated ``counts`` times (non-negative), in order.
-
-    ``numpy.repeat`` on the tensors' memory: ``torch.repeat_interleave``'s CPU kernel
-    wakes the intra-op thread pool even for a handful of elements, which costs
-    milliseconds per call on a busy machine, and takes twice as long as numpy's on one
-    thread (a few thousand counts). Without numpy, ``torch.repeat_interleave``.
-    """
-    if numpy is None:
-        return torch.repeat_interleave(values, counts)
-    return torch.from_numpy(numpy.repeat(values.numpy(), counts.numpy()))
 
 
 def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> torch.Tensor:
@@ -347,7 +328,7 @@ class TokenOrder(Order):
         rows = ceil_div(count, window)
         drawn = self.lengths.index_select(0, indices)
         # Longest first within each window (a row); ties keep the permutation order.
-        column = _longest_first(drawn, rows, window, count)
+        column = longest_first(drawn, rows, window, count)
         local = torch.arange(count, dtype=torch.int64)
         window_start = torch.arange(0, rows * window, window, dtype=torch.int64)
         source = (column.view(rows, window) + window_start[:, None]).view(-1)[:count]
@@ -361,8 +342,8 @@ class TokenOrder(Order):
         )
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
-        moved, new_sizes, new_starts = _by_cost_level(
-            costs, starts, sizes, column, lo // window, window, self._level_budget()
+        moved, new_sizes, new_starts = by_cost_level(
+            costs, starts, sizes, column, lo // window, window, self._level_budget(), LEVELS
         )
         # Position q of the new order's batch j is position starts[j'] + (q - new_starts[j])
         # of the cut order, j' = sequence[j].
@@ -427,14 +408,8 @@ class TokenOrder(Order):
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
         # Every window's chain of batch starts, one after the other (after[i] never passes
-        # the window's end), followed in Python: one step per batch, reading ``after``
-        # through a memoryview (a Python int per read, nothing converted in bulk).
-        following = after.tolist() if numpy is None else memoryview(after.contiguous().numpy().data)
-        found, position = [], 0
-        while position < count:
-            found.append(position)
-            position = following[position]
-        return torch.tensor(found, dtype=torch.int64)
+        # the window's end), followed one batch at a time.
+        return follow(after, count)
 
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
@@ -443,60 +418,6 @@ class TokenOrder(Order):
             # The longest is the first.
             return self.model.sample_costs(lengths[starts]) * sizes
         return batch_costs(lengths, sizes, self.model)
-
-
-def _longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> torch.Tensor:
-    """Where each window's samples go, longest first: ``rows x window`` columns (int64),
-    row ``r``'s column ``j`` the place in window ``r`` of its ``j``-th longest sample,
-    ties in window order; the last row's missing cells (past ``count``) come last.
-
-    Lengths up to :data:`RADIX_LONGEST` are sorted as 16-bit keys (numpy's stable sort of
-    16-bit integers is a radix sort, several times faster than a comparison sort);
-    longer ones, or without numpy, by torch's stable sort (the same order).
-    """
-    if numpy is not None and count and int(lengths.max()) <= RADIX_LONGEST:
-        keys = numpy.full(rows * window, RADIX_LONGEST, dtype=numpy.uint16)
-        # Longest first = smallest key first; a missing cell gets the largest key, and
-        # comes after any real sample of length 0 (stable: it is later in its row).
-        numpy.subtract(RADIX_LONGEST, lengths.numpy(), out=keys[:count], casting="unsafe")
-        found = numpy.argsort(keys.reshape(rows, window), axis=1, kind="stable")
-        return torch.from_numpy(found.astype(numpy.int64, copy=False)).view(-1)
-    grid = torch.full((rows * window,), -1, dtype=lengths.dtype)
-    grid[:count] = lengths
-    _, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
-    return column.view(-1)
-
-
-def _by_cost_level(
-    costs: torch.Tensor,
-    starts: torch.Tensor,
-    sizes: torch.Tensor,
-    column: torch.Tensor,
-    first_window: int,
-    window: int,
-    budget: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A chunk's batches put in order of cost level within each window, rising in even
-    windows (counted from the epoch's start, ``first_window`` being the chunk's first)
-    and falling in odd ones; ties by where the batch's first sample was in the
-    permutation (a batch's first sample is its own: the keys differ).
-
-    Returns, in the new order, each batch's shift (its old start minus its new one), its
-    size and its new start (local). The same arithmetic in numpy when installed (a few
-    thousand batches a chunk, where each torch call costs more than its work) or torch.
-    """
-    xp: Any = torch if numpy is None else numpy
-    arrays = [t if numpy is None else t.numpy() for t in (costs, starts, sizes, column)]
-    costs_, starts_, sizes_, column_ = arrays
-    batch_window = starts_ // window
-    level = xp.where(costs_ > budget, LEVELS + 1, costs_ * LEVELS // max(budget, 1))
-    odd = (batch_window + first_window) % 2 == 1
-    level = xp.where(odd, LEVELS + 1 - level, level)
-    sequence = xp.argsort((batch_window * (LEVELS + 2) + level) * window + column_[starts_])
-    new_sizes = sizes_[sequence]
-    new_starts = xp.cumsum(new_sizes, 0) - new_sizes
-    found = (starts_[sequence] - new_starts, new_sizes, new_starts)
-    return tuple(torch.as_tensor(value) for value in found)  # type: ignore[return-value]
 
 
 def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:
