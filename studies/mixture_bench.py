@@ -37,6 +37,7 @@ import os
 import platform
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -276,21 +277,31 @@ def probe_way(name: str, total: int, world: int) -> dict[str, float]:
 
 
 def _in_fresh_process(arguments: list[str], timeout: float) -> dict[str, float]:
+    """This module run with ``arguments`` through :data:`LAUNCHER` in a session of its
+    own, its last line of output read as JSON. After ``timeout`` seconds the whole session
+    (the launcher and the probe it started) is killed and ``subprocess.TimeoutExpired``
+    raised, so that no probe outlives its measurement."""
     root = Path(__file__).resolve().parents[1]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     command = [sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-m", "studies.mixture_bench"]
-    done = subprocess.run(
+    with subprocess.Popen(
         command + arguments,
         env=environment,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(arguments)} failed:\n{done.stderr}")
-    measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments)} failed:\n{stderr}")
+    measured: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
     return measured
 
 

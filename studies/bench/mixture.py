@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from studies.findings import Table
 from studies.findings.wording import count_of, joined, plural
 
 __all__ = ["epoch_table", "first_index_table", "prose", "ways_prose", "ways_table"]
@@ -61,6 +62,22 @@ def ways_table(record: dict[str, Any]) -> pd.DataFrame:
         out[first_index_column(int(total))] = first_cells
         out[peak_column(int(total))] = peak_cells
     return out.reset_index()
+
+
+def ways_evidence_table(record: dict[str, Any]) -> Table:
+    """:func:`ways_table` as the mixtures finding's table, with how it was measured."""
+    world = int(record["ways"][0]["world size"])
+    return Table(
+        "Time and memory to the first index, by way of mixing (recorded)",
+        ways_table(record),
+        floatfmt=".2f",
+        note=(
+            f"Rank {world - 1} of {world}, from building the sampler to its first index, the "
+            "sources built before the clock; peak: resident memory above the baseline; "
+            f"medians of {plural(record['processes'], 'fresh process', 'fresh processes')}, "
+            "recorded by `python -m studies.mixture_bench --record`."
+        ),
+    )
 
 
 def _measured(table: pd.DataFrame, column: str) -> pd.Series:

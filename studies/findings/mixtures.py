@@ -16,6 +16,8 @@ from torch.utils.data import ConcatDataset, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedMixtureSampler, DistributedSamplerWrapper
+from studies import mixture_bench
+from studies.bench import mixture
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, up_to
 
@@ -451,7 +453,7 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
 
 
 def build() -> Evidence:
-    frame = table()
+    frame, recorded = table(), mixture_bench.load()
     exact = exact_rows(frame)
     holding = sorted(set(frame.loc[exact, "sampler"]))
     samplers = frame["sampler"].nunique()
@@ -481,17 +483,16 @@ def build() -> Evidence:
         "torchdata's) begins the epoch again on restart; "
         f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). "
         + _hugging_face_prose(frame)
-        + " Time and memory to the first index are not in this table (a finding's numbers "
-        "must be deterministic)."
+        + "\n\n"
+        + mixture.ways_prose(recorded, OURS)
+        + " The Megatron-style blend's time is that of its reimplementation here, in "
+        "Python; Megatron builds its blend in C++."
     )
     return Evidence(
         claim,
         prose,
         (
-            Table(
-                "Proportions, passes, resume and reweighting, by way of mixing",
-                frame,
-                floatfmt=".2f",
-            ),
+            Table("Proportions, passes, resume and reweighting, by way of mixing", frame, ".2f"),
+            mixture.ways_evidence_table(recorded),
         ),
     )
