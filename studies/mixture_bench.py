@@ -374,17 +374,21 @@ def record(
 
 
 def ways(
-    sizes: Sequence[int] = WAY_SIZES, repeats: int = REPEATS, timeout: float = WAY_TIMEOUT
+    sizes: Sequence[int] = WAY_SIZES,
+    repeats: int = REPEATS,
+    timeout: float = WAY_TIMEOUT,
+    names: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """The first index of every way of mixing of the mixtures finding at every total of
     ``sizes`` on rank ``WORLD - 1`` of :data:`WORLD` (see the module docstring): rows as
     :func:`_rows` gives them, the way's name as ``variant``, or one row with the quantity
-    ``"skipped"`` and the ``timeout`` when its first process did not finish in time."""
+    ``"skipped"`` and the ``timeout`` when its first process did not finish in time.
+    ``names`` picks some of the ways (all of them when empty)."""
     from studies.findings import mixtures
 
     rows: list[dict[str, Any]] = []
     for total in sizes:
-        for name in mixtures.BUILDERS:
+        for name in names or mixtures.BUILDERS:
             runs = []
             try:
                 for _ in range(repeats):

@@ -22,6 +22,7 @@ FIRST = "first index (s)"
 PEAK = "peak RSS above baseline (MB)"
 FIRST_ONLY = ", first index only"
 SKIPPED = "skipped"
+TIMEOUT = "timeout (s)"
 WAY = "way of mixing"
 
 
@@ -41,7 +42,11 @@ def skipped_cell(timeout: float) -> str:
 
 
 def _ways(record: dict[str, Any]) -> pd.DataFrame:
-    return pd.DataFrame(record["ways"])
+    """The record's ways rows (a ``timeout (s)`` column even when none was skipped)."""
+    rows = pd.DataFrame(record["ways"])
+    if TIMEOUT not in rows:
+        rows[TIMEOUT] = float("nan")
+    return rows
 
 
 def ways_table(record: dict[str, Any]) -> pd.DataFrame:
@@ -54,7 +59,7 @@ def ways_table(record: dict[str, Any]) -> pd.DataFrame:
         at = rows[rows["total"] == total]
         first = at[at["quantity"] == FIRST].set_index("variant")["median"] * 1e3
         peak = at[at["quantity"] == PEAK].set_index("variant")["median"]
-        skipped = at[at["quantity"] == SKIPPED].set_index("variant")["timeout (s)"]
+        skipped = at[at["quantity"] == SKIPPED].set_index("variant")[TIMEOUT]
         first_cells: pd.Series = first.astype(object)
         peak_cells: pd.Series = peak.astype(object)
         for name, timeout in skipped.items():
@@ -92,26 +97,29 @@ def ways_prose(record: dict[str, Any], ours: str) -> str:
     table = ways_table(record)
     totals = [int(t) for t in dict.fromkeys(_ways(record)["total"])]
     ways = len(table)
+    rows = _ways(record)
     sentences = []
     for total in totals:
         first = _measured(table, first_index_column(total))
         peak = _measured(table, peak_column(total))
-        others = first.drop(ours)
+        others, others_peak = first.drop(ours), peak.drop(ours)
         sooner = int((others < first[ours]).sum())
-        rows = _ways(record)
-        skipped = rows[(rows["total"] == total) & (rows["quantity"] == SKIPPED)]
         sentence = (
             f"At {total:,} samples ours came after {first[ours]:,.2f} ms, peaking "
-            f"{peak[ours]:,.1f} MB above the baseline; "
-            f"{count_of(sooner, len(others), 'other ways measured')} came sooner; they took "
-            f"from {others.min():,.2f} ms ({others.idxmin()}) to {others.max():,.2f} ms "
-            f"({others.idxmax()}), peaking up to {peak.drop(ours).max():,.1f} MB "
-            f"({peak.drop(ours).idxmax()})"
+            f"{peak[ours]:,.1f} MB above the baseline"
         )
+        if len(others):
+            sentence += (
+                f"; {count_of(sooner, len(others), 'other ways measured')} came sooner; "
+                f"they took from {others.min():,.2f} ms ({others.idxmin()}) to "
+                f"{others.max():,.2f} ms ({others.idxmax()}), peaking up to "
+                f"{others_peak.max():,.1f} MB ({others_peak.idxmax()})"
+            )
+        skipped = rows[(rows["total"] == total) & (rows["quantity"] == SKIPPED)]
         if len(skipped):
             sentence += (
                 f"; {count_of(len(skipped), ways, 'ways')} took over "
-                f"{skipped['timeout (s)'].max():g} s and "
+                f"{skipped[TIMEOUT].max():g} s and "
                 f"{'was' if len(skipped) == 1 else 'were'} skipped: "
                 f"{joined(skipped['variant'])}"
             )
