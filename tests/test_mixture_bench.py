@@ -107,7 +107,7 @@ def made_up_ways(first_ms: dict[str, float], skipped: tuple[str, ...] = ()) -> d
                     {**common, "quantity": quantity, "median": median, "min": median}
                     | {"max": median, "processes": 3}
                 )
-    return {"threads": 1, "processes": 3, "ways": rows}
+    return {"machine": {"cores": 2}, "threads": 1, "processes": 3, "ways": rows}
 
 
 def test_the_ways_table_reads_medians_and_marks_the_skipped() -> None:
@@ -137,7 +137,7 @@ def test_the_ways_table_reads_medians_and_marks_the_skipped() -> None:
         (
             {"ours": 0.5, "b": 1.0, "c": 3.0},
             (),
-            ["none of the 2 other ways measured came sooner", "rank 7 of 8"],
+            ["none of the 2 other ways measured came sooner", "on cores 2, rank 7 of 8"],
         ),
         (
             {"ours": 9.0, "b": 1.0, "c": 3.0},

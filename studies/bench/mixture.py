@@ -85,6 +85,11 @@ def ways_evidence_table(record: dict[str, Any]) -> Table:
     )
 
 
+def _facts(record: dict[str, Any]) -> str:
+    """The recording machine's facts, as the speed finding writes them."""
+    return ", ".join(f"{name} {value}" for name, value in record["machine"].items())
+
+
 def _measured(table: pd.DataFrame, column: str) -> pd.Series:
     """The column's measured cells (skipped ones left out), as floats, by way."""
     cells = pd.to_numeric(table.set_index(WAY)[column], errors="coerce")
@@ -126,7 +131,7 @@ def ways_prose(record: dict[str, Any], ours: str) -> str:
         sentences.append(sentence + ".")
     return (
         "Time and memory to the first index (recorded by `python -m studies.mixture_bench "
-        f"--record`, rank {record['ways'][0]['world size'] - 1} of "
+        f"--record` on {_facts(record)}, rank {record['ways'][0]['world size'] - 1} of "
         f"{record['ways'][0]['world size']}, the finding's sources scaled to each total, "
         "built before the clock; medians of "
         f"{plural(record['processes'], 'fresh process', 'fresh processes')} on "

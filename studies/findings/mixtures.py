@@ -1,5 +1,6 @@
 """Finding: mixing datasets by weight: ours against the ways in use, on proportions at
-every prefix, repeats within a pass, resuming on another world size, and reweighting."""
+every prefix, repeats within a pass, resuming on another world size, and reweighting; and
+their time and memory to the first index, read from the recorded mixture benchmark."""
 
 from __future__ import annotations
 
