@@ -113,9 +113,13 @@ def made_up_ways(first_ms: dict[str, float], skipped: tuple[str, ...] = ()) -> d
 def test_the_ways_table_reads_medians_and_marks_the_skipped() -> None:
     table = mixture.ways_table(made_up_ways({"ours": 2.0, "b": 1.0, "c": 50.0}, ("c",)))
     assert table[mixture.WAY].tolist() == ["ours", "b", "c"]
-    assert table[mixture.first_index_column(100)].tolist() == [2.0, 1.0, 50.0]
-    assert table[mixture.peak_column(100)].tolist() == [0.2, 0.1, 5.0]
-    assert table[mixture.first_index_column(1000)].tolist() == [20.0, 10.0, "over 30 s (skipped)"]
+    assert table[mixture.first_index_column(100)].tolist() == ["2.00", "1.00", "50.00"]
+    assert table[mixture.peak_column(100)].tolist() == ["0.20", "0.10", "5.00"]
+    assert table[mixture.first_index_column(1000)].tolist() == [
+        "20.00",
+        "10.00",
+        "over 30 s (skipped)",
+    ]
     assert table[mixture.peak_column(1000)].tolist()[2] == mixture.skipped_cell(30.0)
 
 

@@ -41,6 +41,12 @@ def skipped_cell(timeout: float) -> str:
     return f"over {timeout:g} s (skipped)"
 
 
+def _cell(value: float) -> str:
+    """A measured :func:`ways_table` cell: text, so that a column with skipped cells shows
+    every number alike."""
+    return f"{value:.2f}"
+
+
 def _ways(record: dict[str, Any]) -> pd.DataFrame:
     """The record's ways rows (a ``timeout (s)`` column even when none was skipped)."""
     rows = pd.DataFrame(record["ways"])
@@ -51,8 +57,8 @@ def _ways(record: dict[str, Any]) -> pd.DataFrame:
 
 def ways_table(record: dict[str, Any]) -> pd.DataFrame:
     """One row per way of mixing (in the record's order): the median time (ms) and peak
-    resident memory above the baseline (MB) to its first index at each total, or
-    :func:`skipped_cell` where its first process took over the timeout."""
+    resident memory above the baseline (MB) to its first index at each total, as text to
+    two decimals, or :func:`skipped_cell` where its first process took over the timeout."""
     rows = _ways(record)
     out = pd.DataFrame(index=pd.Index(list(dict.fromkeys(rows["variant"])), name=WAY))
     for total in dict.fromkeys(rows["total"]):
@@ -60,8 +66,8 @@ def ways_table(record: dict[str, Any]) -> pd.DataFrame:
         first = at[at["quantity"] == FIRST].set_index("variant")["median"] * 1e3
         peak = at[at["quantity"] == PEAK].set_index("variant")["median"]
         skipped = at[at["quantity"] == SKIPPED].set_index("variant")[TIMEOUT]
-        first_cells: pd.Series = first.astype(object)
-        peak_cells: pd.Series = peak.astype(object)
+        first_cells: pd.Series = first.map(_cell)
+        peak_cells: pd.Series = peak.map(_cell)
         for name, timeout in skipped.items():
             first_cells[name] = peak_cells[name] = skipped_cell(timeout)
         out[first_index_column(int(total))] = first_cells
