@@ -382,7 +382,8 @@ def ways(
     """The first index of every way of mixing of the mixtures finding at every total of
     ``sizes`` on rank ``WORLD - 1`` of :data:`WORLD` (see the module docstring): rows as
     :func:`_rows` gives them, the way's name as ``variant``, or one row with the quantity
-    ``"skipped"`` and the ``timeout`` when its first process did not finish in time.
+    ``"skipped"`` and the ``timeout`` when its first process did not finish in time (a
+    later one that does not is left out: its rows' ``processes`` count the rest).
     ``names`` picks some of the ways (all of them when empty)."""
     from studies.findings import mixtures
 
