@@ -11,21 +11,33 @@ out a held list of the rank's indices) at 10**6 and 10**7 samples on 8 ranks and
 instead (each started through a small launcher, on :data:`THREADS` intra-op thread, after
 a warm-up on 1,000 samples; the clock runs from building the sampler to its first index
 and on to its last; the peak is the kernel's high-water mark above the process's baseline
-resident set) and writes the medians over :data:`REPEATS` processes, with the machine's
-facts, to :data:`RECORDED`, which the speed finding shows; nothing is timed when the
-reports are built. The grid: every variant of :data:`VARIANTS` at every size of
-:data:`EPOCH_SIZES` on every world size of :data:`WORLD_SIZES`, and ours' first index alone
-at :data:`FIRST_INDEX_SIZES` on :data:`WORLD` ranks.
+resident set, the mark reset to the baseline where Linux allows) and writes the medians
+over :data:`REPEATS` processes, with the machine's facts, to :data:`RECORDED`, which the
+speed and mixtures findings show; nothing is timed when the reports are built. The grid:
+every variant of :data:`VARIANTS` at every size of :data:`EPOCH_SIZES` on every world size
+of :data:`WORLD_SIZES`, and ours' first index alone at :data:`FIRST_INDEX_SIZES` on
+:data:`WORLD` ranks.
+
+The record also holds, under ``"ways"``, the time and peak memory to the first index of
+every way of mixing that the mixtures finding compares (its ``BUILDERS``, the finding's own
+code), on rank ``WORLD - 1`` of :data:`WORLD`, over the finding's six sources at each total
+of :data:`WAY_SIZES` (its sizes, scaled; :func:`scaled`): the same probe in fresh
+processes, the sources built before the clock, after a warm-up over all of
+:data:`WAY_WARM_UP` samples. A way whose first process does not finish within
+:data:`WAY_TIMEOUT` seconds (imports and warm-up included) is recorded as skipped at that
+total.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,6 +66,16 @@ REPEATS = 3
 #: torch's intra-op threads in each measuring process (as in :mod:`studies.token_bench`).
 THREADS = 1
 QUANTITIES = ("first index (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
+#: The quantity of a way's row at a total where its first process took over the timeout.
+SKIPPED = "skipped"
+#: The totals of the ways of mixing's first index (the finding's own, then larger).
+WAY_SIZES = (14_380, 10**6)
+#: Seconds a way's probe process may take (imports and warm-up included) before the way is
+#: recorded as skipped at that total.
+WAY_TIMEOUT = 30.0
+#: The total of a way's warm-up: half the finding's, so that each source has at least
+#: ``SHARDS`` samples (a streamed source is split in that many shards).
+WAY_WARM_UP = 7_190
 #: Starts the probe from a small interpreter (see :func:`measure_in_fresh_process`).
 LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 
@@ -170,6 +192,15 @@ def _iterator(variant: str, total: int, world: int, seed: int = 0) -> Callable[[
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
+def _reset_peak(psutil: Any) -> int:
+    """The resident set now (the baseline), the kernel's high-water mark reset to it where
+    Linux allows (``/proc/self/clear_refs``), so that the warm-up's peak is not counted."""
+    with contextlib.suppress(OSError):  # elsewhere the peak is the process's, warm-up included
+        Path("/proc/self/clear_refs").write_text("5")
+    rss: int = psutil.Process().memory_info().rss
+    return rss
+
+
 def probe(variant: str, total: int, world: int, epoch: bool) -> dict[str, float]:
     """One measurement in this process (see the module docstring): the time to the first
     index, to the last one when ``epoch``, and the peak resident memory above the
@@ -180,7 +211,7 @@ def probe(variant: str, total: int, world: int, epoch: bool) -> dict[str, float]
     for _ in _iterator(variant, 1000, world, seed=1)():
         pass  # warm-up (other weights: nothing measured below is cached by it)
     build = _iterator(variant, total, world)
-    baseline = psutil.Process().memory_info().rss
+    baseline = _reset_peak(psutil)
     start = time.perf_counter()
     iterator = build()
     next(iterator)
@@ -196,23 +227,98 @@ def probe(variant: str, total: int, world: int, epoch: bool) -> dict[str, float]
     return measured
 
 
+def scaled(total: int) -> tuple[int, ...]:
+    """The mixtures finding's source sizes scaled to ``total`` samples (each at least 1)."""
+    from studies.findings import mixtures
+
+    sizes = [max(1, round(n * total / sum(mixtures.SIZES))) for n in mixtures.SIZES]
+    sizes[-1] += total - sum(sizes)
+    return tuple(sizes)
+
+
+def _use_sizes(total: int) -> Any:
+    """Set the mixtures finding's sources to :func:`scaled` ``(total)`` in this process
+    (its builders read ``SIZES``, ``OFFSETS`` and ``LENGTH`` from its module; a probe is a
+    process of its own) and forget the sources and mixes it built for other sizes."""
+    import numpy as np
+
+    from studies.findings import mixtures
+
+    mixtures.SIZES = scaled(total)
+    mixtures.LENGTH = total
+    mixtures.OFFSETS = np.cumsum((0, *mixtures.SIZES[:-1]))
+    mixtures._hf_sources.cache_clear()
+    mixtures._hf_dataset_mix.cache_clear()
+    return mixtures
+
+
+def probe_way(name: str, total: int, world: int) -> dict[str, float]:
+    """One way of mixing of the mixtures finding (``BUILDERS[name]``) on rank ``world - 1``
+    over its sources at ``total`` samples, in this process: the time from building the
+    sampler to its first index and the peak resident memory above the baseline (taken
+    after the warm-up and after the sources are built)."""
+    import psutil
+
+    torch.set_num_threads(THREADS)
+    mixtures = _use_sizes(WAY_WARM_UP)
+    for _ in mixtures.BUILDERS[name](world, world - 1):
+        pass  # warm-up: imports and first calls, on other sizes (nothing below is cached)
+    mixtures = _use_sizes(total)
+    build = mixtures.BUILDERS[name]
+    if name.startswith("datasets: "):
+        mixtures._hf_sources(False)  # the sources (a user's datasets), before the clock
+        mixtures._hf_sources(True)
+    baseline = _reset_peak(psutil)
+    start = time.perf_counter()
+    next(iter(build(world, world - 1)))
+    first = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {QUANTITIES[0]: first - start, QUANTITIES[2]: max(peak - baseline, 0) / 10**6}
+
+
+def _in_fresh_process(arguments: list[str], timeout: float) -> dict[str, float]:
+    """This module run with ``arguments`` through :data:`LAUNCHER` in a session of its
+    own, its last line of output read as JSON. After ``timeout`` seconds the whole session
+    (the launcher and the probe it started) is killed and ``subprocess.TimeoutExpired``
+    raised, so that no probe outlives its measurement."""
+    root = Path(__file__).resolve().parents[1]
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    command = [sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-m", "studies.mixture_bench"]
+    with subprocess.Popen(
+        command + arguments,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments)} failed:\n{stderr}")
+    measured: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
+    return measured
+
+
+def measure_way_in_fresh_process(
+    name: str, total: int, world: int, timeout: float = WAY_TIMEOUT
+) -> dict[str, float]:
+    """:func:`probe_way` in a new interpreter (as :func:`measure_in_fresh_process`);
+    raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+    return _in_fresh_process(["--probe-way", name, str(total), str(world)], timeout)
+
+
 def measure_in_fresh_process(
     variant: str, total: int, world: int, epoch: bool, timeout: float = 600
 ) -> dict[str, float]:
     """:func:`probe` in a new interpreter, started through a small launcher (``python
     -S``) so that it does not inherit this process's memory high-water mark."""
-    root = Path(__file__).resolve().parents[1]
-    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    command = [sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-m", "studies.mixture_bench"]
-    command += ["--probe", variant, str(total), str(world), str(int(epoch))]
-    done = subprocess.run(
-        command, env=environment, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{variant} at {total:,} on {world} ranks failed:\n{done.stderr}")
-    measured: dict[str, float] = json.loads(done.stdout)
-    return measured
+    return _in_fresh_process(["--probe", variant, str(total), str(world), str(int(epoch))], timeout)
 
 
 def _rows(
@@ -263,6 +369,48 @@ def record(
             for row in _rows("ours", total, WORLD, runs)
         ]
         print(f"ours' first index at {total:,}: done", file=sys.stderr)
+    measured_ways = ways(repeats=repeats)
+    return {**_machine(psutil), "processes": repeats, "rows": rows, "ways": measured_ways}
+
+
+def ways(
+    sizes: Sequence[int] = WAY_SIZES,
+    repeats: int = REPEATS,
+    timeout: float = WAY_TIMEOUT,
+    names: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The first index of every way of mixing of the mixtures finding at every total of
+    ``sizes`` on rank ``WORLD - 1`` of :data:`WORLD` (see the module docstring): rows as
+    :func:`_rows` gives them, the way's name as ``variant``, or one row with the quantity
+    ``"skipped"`` and the ``timeout`` when its first process did not finish in time (a
+    later one that does not is left out: its rows' ``processes`` count the rest).
+    ``names`` picks some of the ways (all of them when empty)."""
+    from studies.findings import mixtures
+
+    rows: list[dict[str, Any]] = []
+    for total in sizes:
+        for name in names or mixtures.BUILDERS:
+            runs = []
+            try:
+                for _ in range(repeats):
+                    runs.append(measure_way_in_fresh_process(name, total, WORLD, timeout))
+            except subprocess.TimeoutExpired:
+                if not runs:
+                    rows.append(
+                        {
+                            "variant": name,
+                            "total": total,
+                            "world size": WORLD,
+                            "quantity": SKIPPED,
+                            "timeout (s)": timeout,
+                        }
+                    )
+            rows += _rows(name, total, WORLD, runs)
+            print(f"{name} at {total:,}: {len(runs)} processes", file=sys.stderr)
+    return rows
+
+
+def _machine(psutil: Any) -> dict[str, Any]:
     return {
         "machine": {
             "cores": os.cpu_count(),
@@ -273,8 +421,6 @@ def record(
         },
         "threads": THREADS,
         "sources": SOURCES,
-        "processes": repeats,
-        "rows": rows,
     }
 
 
@@ -300,12 +446,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--record", action="store_true", help=f"record to {RECORDED.name}")
     parser.add_argument("--probe", nargs=4, metavar=("VARIANT", "TOTAL", "WORLD", "EPOCH"))
+    parser.add_argument("--probe-way", nargs=3, metavar=("NAME", "TOTAL", "WORLD"))
     parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--out", type=Path, default=RECORDED)
     arguments = parser.parse_args(argv)
     if arguments.probe:
         variant, total, world, epoch = arguments.probe
         print(json.dumps(probe(variant, int(total), int(world), bool(int(epoch)))))
+    elif arguments.probe_way:
+        name, total, world = arguments.probe_way
+        print(json.dumps(probe_way(name, int(total), int(world))))
     elif arguments.record:
         recorded = record(repeats=arguments.repeats)
         arguments.out.write_text(json.dumps(recorded, indent=1) + "\n")

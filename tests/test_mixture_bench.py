@@ -91,10 +91,130 @@ def test_the_speed_finding_quotes_the_recorded_mixture_run() -> None:
     assert {"ours", "stock", "floor"} == {row["variant"] for row in record["rows"]}
 
 
-def test_a_probe_in_a_fresh_process_measures_every_quantity() -> None:
-    measured = mixture_bench.measure_in_fresh_process("ours", 3000, 2, True, timeout=120)
-    assert set(measured) == set(mixture_bench.QUANTITIES)
-    first, whole, peak = (measured[quantity] for quantity in mixture_bench.QUANTITIES)
-    assert 0 < first <= whole and peak >= 0
-    alone = mixture_bench.measure_in_fresh_process("stock", 3000, 2, False, timeout=120)
-    assert set(alone) == {mixture_bench.QUANTITIES[0], mixture_bench.QUANTITIES[2]}
+def made_up_ways(first_ms: dict[str, float], skipped: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record of ways of mixing at 100 and 1,000 samples on rank 7 of 8: each way's
+    first index as given (ms) at 100 and ten times it at 1,000, its peak one tenth of its
+    first index (MB); the ``skipped`` ways skipped at 1,000 (over 30 s)."""
+    rows: list[dict[str, Any]] = []
+    for total, scale in ((100, 1), (1000, 10)):
+        for name, ms in first_ms.items():
+            common = {"variant": name, "total": total, "world size": 8}
+            if total == 1000 and name in skipped:
+                rows.append({**common, "quantity": mixture.SKIPPED, "timeout (s)": 30.0})
+                continue
+            for quantity, median in ((mixture.FIRST, ms * scale / 1e3), (mixture.PEAK, ms / 10)):
+                rows.append(
+                    {**common, "quantity": quantity, "median": median, "min": median}
+                    | {"max": median, "processes": 3}
+                )
+    return {"machine": {"cores": 2}, "threads": 1, "processes": 3, "ways": rows}
+
+
+def test_the_ways_table_reads_medians_and_marks_the_skipped() -> None:
+    table = mixture.ways_table(made_up_ways({"ours": 2.0, "b": 1.0, "c": 50.0}, ("c",)))
+    assert table[mixture.WAY].tolist() == ["ours", "b", "c"]
+    assert table[mixture.first_index_column(100)].tolist() == ["2.00", "1.00", "50.00"]
+    assert table[mixture.peak_column(100)].tolist() == ["0.20", "0.10", "5.00"]
+    assert table[mixture.first_index_column(1000)].tolist() == [
+        "20.00",
+        "10.00",
+        "over 30 s (skipped)",
+    ]
+    assert table[mixture.peak_column(1000)].tolist()[2] == mixture.skipped_cell(30.0)
+
+
+@pytest.mark.parametrize(
+    ("first_ms", "skipped", "said"),
+    [
+        (
+            {"ours": 2.0, "b": 1.0, "c": 50.0},
+            ("c",),
+            [
+                "At 100 samples ours came after 2.00 ms, peaking 0.2 MB above the baseline; "
+                "1 of the 2 other ways measured came sooner; they took from 1.00 ms (b) to "
+                "50.00 ms (c), peaking up to 5.0 MB (c).",
+                "At 1,000 samples ours came after 20.00 ms",
+                "the 1 other ways measured came sooner",
+                "1 of the 3 ways took over 30 s and was skipped: c.",
+            ],
+        ),
+        (
+            {"ours": 0.5, "b": 1.0, "c": 3.0},
+            (),
+            ["none of the 2 other ways measured came sooner", "on cores 2, rank 7 of 8"],
+        ),
+        (
+            {"ours": 9.0, "b": 1.0, "c": 3.0},
+            ("b", "c"),
+            [
+                "90.00 ms, peaking 0.9 MB above the baseline; 2 of the 3 ways took over 30 s "
+                "and were skipped: b and c."
+            ],
+        ),
+    ],
+)
+def test_the_ways_prose_quantifies_from_the_table(
+    first_ms: dict[str, float], skipped: tuple[str, ...], said: list[str]
+) -> None:
+    text = mixture.ways_prose(made_up_ways(first_ms, skipped), "ours")
+    for part in said:
+        assert part in text
+
+
+def test_the_scaled_sources_keep_the_finding_s_proportions() -> None:
+    from studies.findings import mixtures
+
+    assert mixture_bench.scaled(sum(mixtures.SIZES)) == mixtures.SIZES
+    assert mixture_bench.WAY_SIZES[0] == sum(mixtures.SIZES)
+    large = mixture_bench.scaled(10**6)
+    assert sum(large) == 10**6 and len(large) == len(mixtures.SIZES)
+    assert all(
+        abs(n / 10**6 - m / sum(mixtures.SIZES)) < 1e-5
+        for n, m in zip(large, mixtures.SIZES, strict=True)
+    )
+    warm = mixture_bench.scaled(mixture_bench.WAY_WARM_UP)
+    assert min(warm) >= mixtures.SHARDS  # a streamed source splits into SHARDS shards
+
+
+def test_every_way_of_the_finding_is_recorded_at_every_size() -> None:
+    from studies.findings import mixtures
+
+    record = mixture_bench.load()
+    table = mixture.ways_table(record)
+    assert table[mixture.WAY].tolist() == list(mixtures.BUILDERS)
+    for total in mixture_bench.WAY_SIZES:
+        for column in (mixture.first_index_column(total), mixture.peak_column(total)):
+            assert table[column].notna().all(), column
+
+
+def test_a_way_probed_in_a_fresh_process_reaches_its_first_index() -> None:
+    from studies.findings import mixtures
+
+    for name in (mixtures.OURS, mixtures.HF_STREAM):
+        measured = mixture_bench.measure_way_in_fresh_process(name, 14_380, 2, timeout=120)
+        assert set(measured) == {mixture_bench.QUANTITIES[0], mixture_bench.QUANTITIES[2]}
+        assert measured[mixture_bench.QUANTITIES[0]] > 0
+        assert measured[mixture_bench.QUANTITIES[2]] >= 0
+
+
+def test_a_way_over_the_timeout_is_recorded_skipped_and_its_probe_killed() -> None:
+    import psutil
+
+    from studies.findings import mixtures
+
+    rows = mixture_bench.ways(sizes=(20_000,), repeats=1, timeout=0.5, names=(mixtures.OURS,))
+    assert rows == [
+        {
+            "variant": mixtures.OURS,
+            "total": 20_000,
+            "world size": mixture_bench.WORLD,
+            "quantity": mixture_bench.SKIPPED,
+            "timeout (s)": 0.5,
+        }
+    ]
+    probes = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = process.info["cmdline"] or []
+        if "--probe-way" in line and "20000" in line and process.status() != "zombie":
+            probes.append(process.pid)
+    assert not probes  # the probe was killed with its launcher

@@ -2,7 +2,8 @@
 
 Guarantee: every number and quantifier below is read from the record's rows (medians
 over fresh processes); nothing is measured here. The speed finding shows these tables
-and quotes :func:`prose`.
+and quotes :func:`prose`; the mixtures finding shows :func:`ways_table` and quotes
+:func:`ways_prose`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,137 @@ from typing import Any
 
 import pandas as pd
 
-from studies.findings.wording import count_of, plural
+from studies.findings import Table
+from studies.findings.wording import count_of, joined, plural
 
-__all__ = ["epoch_table", "first_index_table", "prose"]
+__all__ = ["epoch_table", "first_index_table", "prose", "ways_prose", "ways_table"]
 
 EPOCH = "whole epoch (s)"
 FIRST = "first index (s)"
 PEAK = "peak RSS above baseline (MB)"
 FIRST_ONLY = ", first index only"
+SKIPPED = "skipped"
+TIMEOUT = "timeout (s)"
+WAY = "way of mixing"
+
+
+def first_index_column(total: int) -> str:
+    """The :func:`ways_table` column of the first index (ms) at ``total`` samples."""
+    return f"first index at {total:,} (ms)"
+
+
+def peak_column(total: int) -> str:
+    """The :func:`ways_table` column of the peak above the baseline (MB) at ``total``."""
+    return f"peak at {total:,} (MB)"
+
+
+def skipped_cell(timeout: float) -> str:
+    """A :func:`ways_table` cell of a way whose first process took over ``timeout`` s."""
+    return f"over {timeout:g} s (skipped)"
+
+
+def _cell(value: float) -> str:
+    """A measured :func:`ways_table` cell: text, so that a column with skipped cells shows
+    every number alike."""
+    return f"{value:.2f}"
+
+
+def _ways(record: dict[str, Any]) -> pd.DataFrame:
+    """The record's ways rows (a ``timeout (s)`` column even when none was skipped)."""
+    rows = pd.DataFrame(record["ways"])
+    if TIMEOUT not in rows:
+        rows[TIMEOUT] = float("nan")
+    return rows
+
+
+def ways_table(record: dict[str, Any]) -> pd.DataFrame:
+    """One row per way of mixing (in the record's order): the median time (ms) and peak
+    resident memory above the baseline (MB) to its first index at each total, as text to
+    two decimals, or :func:`skipped_cell` where its first process took over the timeout."""
+    rows = _ways(record)
+    out = pd.DataFrame(index=pd.Index(list(dict.fromkeys(rows["variant"])), name=WAY))
+    for total in dict.fromkeys(rows["total"]):
+        at = rows[rows["total"] == total]
+        first = at[at["quantity"] == FIRST].set_index("variant")["median"] * 1e3
+        peak = at[at["quantity"] == PEAK].set_index("variant")["median"]
+        skipped = at[at["quantity"] == SKIPPED].set_index("variant")[TIMEOUT]
+        first_cells: pd.Series = first.map(_cell)
+        peak_cells: pd.Series = peak.map(_cell)
+        for name, timeout in skipped.items():
+            first_cells[name] = peak_cells[name] = skipped_cell(timeout)
+        out[first_index_column(int(total))] = first_cells
+        out[peak_column(int(total))] = peak_cells
+    return out.reset_index()
+
+
+def ways_evidence_table(record: dict[str, Any]) -> Table:
+    """:func:`ways_table` as the mixtures finding's table, with how it was measured."""
+    world = int(record["ways"][0]["world size"])
+    return Table(
+        "Time and memory to the first index, by way of mixing (recorded)",
+        ways_table(record),
+        floatfmt=".2f",
+        note=(
+            f"Rank {world - 1} of {world}, from building the sampler to its first index, the "
+            "sources built before the clock; peak: resident memory above the baseline; "
+            f"medians of {plural(record['processes'], 'fresh process', 'fresh processes')}, "
+            "recorded by `python -m studies.mixture_bench --record`."
+        ),
+    )
+
+
+def _facts(record: dict[str, Any]) -> str:
+    """The recording machine's facts, as the speed finding writes them."""
+    return ", ".join(f"{name} {value}" for name, value in record["machine"].items())
+
+
+def _measured(table: pd.DataFrame, column: str) -> pd.Series:
+    """The column's measured cells (skipped ones left out), as floats, by way."""
+    cells = pd.to_numeric(table.set_index(WAY)[column], errors="coerce")
+    return cells.dropna().astype(float)
+
+
+def ways_prose(record: dict[str, Any], ours: str) -> str:
+    """:func:`ways_table` in words: at each total, where ``ours`` (its name) stands among
+    the ways measured, the others' range, and the ways skipped."""
+    table = ways_table(record)
+    totals = [int(t) for t in dict.fromkeys(_ways(record)["total"])]
+    ways = len(table)
+    rows = _ways(record)
+    sentences = []
+    for total in totals:
+        first = _measured(table, first_index_column(total))
+        peak = _measured(table, peak_column(total))
+        others, others_peak = first.drop(ours), peak.drop(ours)
+        sooner = int((others < first[ours]).sum())
+        sentence = (
+            f"At {total:,} samples ours came after {first[ours]:,.2f} ms, peaking "
+            f"{peak[ours]:,.1f} MB above the baseline"
+        )
+        if len(others):
+            sentence += (
+                f"; {count_of(sooner, len(others), 'other ways measured')} came sooner; "
+                f"they took from {others.min():,.2f} ms ({others.idxmin()}) to "
+                f"{others.max():,.2f} ms ({others.idxmax()}), peaking up to "
+                f"{others_peak.max():,.1f} MB ({others_peak.idxmax()})"
+            )
+        skipped = rows[(rows["total"] == total) & (rows["quantity"] == SKIPPED)]
+        if len(skipped):
+            sentence += (
+                f"; {count_of(len(skipped), ways, 'ways')} took over "
+                f"{skipped[TIMEOUT].max():g} s and "
+                f"{'was' if len(skipped) == 1 else 'were'} skipped: "
+                f"{joined(skipped['variant'])}"
+            )
+        sentences.append(sentence + ".")
+    return (
+        "Time and memory to the first index (recorded by `python -m studies.mixture_bench "
+        f"--record` on {_facts(record)}, rank {record['ways'][0]['world size'] - 1} of "
+        f"{record['ways'][0]['world size']}, the finding's sources scaled to each total, "
+        "built before the clock; medians of "
+        f"{plural(record['processes'], 'fresh process', 'fresh processes')} on "
+        f"{plural(record['threads'], 'torch thread')}): " + " ".join(sentences)
+    )
 
 
 def _rows(record: dict[str, Any]) -> pd.DataFrame:

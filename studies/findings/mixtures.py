@@ -1,5 +1,6 @@
 """Finding: mixing datasets by weight: ours against the ways in use, on proportions at
-every prefix, repeats within a pass, resuming on another world size, and reweighting."""
+every prefix, repeats within a pass, resuming on another world size, and reweighting; and
+their time and memory to the first index, read from the recorded mixture benchmark."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from torch.utils.data import ConcatDataset, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedMixtureSampler, DistributedSamplerWrapper
+from studies import mixture_bench
+from studies.bench import mixture
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, up_to
 
@@ -451,7 +454,7 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
 
 
 def build() -> Evidence:
-    frame = table()
+    frame, recorded = table(), mixture_bench.load()
     exact = exact_rows(frame)
     holding = sorted(set(frame.loc[exact, "sampler"]))
     samplers = frame["sampler"].nunique()
@@ -481,17 +484,16 @@ def build() -> Evidence:
         "torchdata's) begins the epoch again on restart; "
         f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). "
         + _hugging_face_prose(frame)
-        + " Time and memory to the first index are not in this table (a finding's numbers "
-        "must be deterministic)."
+        + "\n\n"
+        + mixture.ways_prose(recorded, OURS)
+        + " The Megatron-style blend's time is that of its reimplementation here, in "
+        "Python; Megatron builds its blend in C++."
     )
     return Evidence(
         claim,
         prose,
         (
-            Table(
-                "Proportions, passes, resume and reweighting, by way of mixing",
-                frame,
-                floatfmt=".2f",
-            ),
+            Table("Proportions, passes, resume and reweighting, by way of mixing", frame, ".2f"),
+            mixture.ways_evidence_table(recorded),
         ),
     )
