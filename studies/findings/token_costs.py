@@ -408,9 +408,9 @@ def _timed_prose(frame: pd.DataFrame, recorded: dict[str, Any]) -> str:
         f"were {_range(frame[STRAGGLER_MEASURED], '.3f')} against "
         f"{_range(frame[STRAGGLER_SIMULATED], '.3f')} simulated, at most {lag:.0%} apart "
         f"({lag_sampler}, {lag_data}: {lagged:.3f} against {modelled:.3f}). The times "
-        f"were recorded in {recorded['seconds recording']:.0f} s on a machine shared with "
-        f"other work (load average {before} before, {after} after): CPU time leaves out "
-        "the time that work held the core, not its contention for caches and memory. "
+        f"were recorded in {recorded['seconds recording']:.0f} s (load average {before} "
+        f"before, {after} after): the clock is the process's CPU time, which leaves out "
+        "the time other work held a core, not its contention for caches and memory. "
     )
     if stale:
         return text + (
