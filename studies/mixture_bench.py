@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import random
 import resource
 import signal
@@ -413,10 +412,7 @@ def ways(
 def _machine(psutil: Any) -> dict[str, Any]:
     return {
         "machine": {
-            "cores": os.cpu_count(),
-            "memory (GB)": round(psutil.virtual_memory().total / 10**9),
-            "Python": platform.python_version(),
-            "torch": torch.__version__,
+            **_machine_facts(),
             "load average (1, 5, 15 min) at the end": [round(v, 2) for v in os.getloadavg()],
         },
         "threads": THREADS,
@@ -462,6 +458,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"written to {arguments.out}", file=sys.stderr)
     else:
         in_process()
+
+
+def _machine_facts() -> dict[str, Any]:
+    from studies.bench.record import machine_facts  # pandas only when recording
+
+    return machine_facts()
 
 
 if __name__ == "__main__":

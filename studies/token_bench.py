@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -214,7 +213,6 @@ def run(
     timeout: float = 900,
 ) -> dict[str, Any]:
     """Measure every sampler at every size ``repeats`` times; the record :func:`load` reads."""
-    import psutil
 
     fixed = batch_size()
     rows = []
@@ -238,12 +236,7 @@ def run(
                 )
             print(f"{name} at {size:,}: done", file=sys.stderr)
     return {
-        "machine": {
-            "cores": os.cpu_count(),
-            "memory (GB)": round(psutil.virtual_memory().total / 10**9),
-            "Python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": _machine_facts(),
         "threads": THREADS,
         "world size": WORLD_SIZE,
         "rank": WORLD_SIZE - 1,
@@ -288,6 +281,12 @@ def main(argv: list[str] | None = None) -> None:
         record = {**previous, "rows": kept + record["rows"]}
     arguments.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"written to {arguments.out}", file=sys.stderr)
+
+
+def _machine_facts() -> dict[str, Any]:
+    from studies.bench.record import machine_facts  # pandas only when recording
+
+    return machine_facts()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ __all__ = [
     "Recorded",
     "is_record",
     "load",
+    "machine_facts",
     "record_text",
     "save",
 ]
@@ -55,6 +56,21 @@ class Recorded:
         self.frame = frame
         self.grid = grid
         self.machine = machine
+
+
+def machine_facts() -> dict[str, Any]:
+    """The machine a recorded benchmark ran on: cores, memory, Python and torch."""
+    import platform
+
+    import psutil
+    import torch
+
+    return {
+        "cores": os.cpu_count(),
+        "memory (GB)": round(psutil.virtual_memory().total / 10**9),
+        "Python": platform.python_version(),
+        "torch": torch.__version__,
+    }
 
 
 def record_text(frame: pd.DataFrame, grid: Grid, machine: dict[str, str]) -> str:
