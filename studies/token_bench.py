@@ -14,8 +14,8 @@ shows; nothing there is timed when the reports are built.
 How a process measures (``--probe``, started through a small launcher so that it does not
 inherit the measuring process's memory high-water mark): it imports everything, prepares
 the sampler's input as its users hold it (a tensor of lengths; a list of ints for
-transformers' sampler), runs a small warm-up on :data:`THREADS` intra-op thread, then
-takes its baseline resident set (psutil), and refuses to go on if its high-water mark is
+transformers' sampler), runs a small warm-up on :data:`THREADS` intra-op thread and a full garbage collection
+(as the main benchmark does), then takes its baseline resident set (psutil), and refuses to go on if its high-water mark is
 already above that by more than :data:`SLACK`. The clock runs from building the sampler
 to the first batch, and on to the last one; the peak is the kernel's high-water mark
 (``ru_maxrss``) after the epoch minus the baseline.
@@ -24,6 +24,7 @@ to the first batch, and on to the last one; the peak is the kernel's high-water 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -141,6 +142,7 @@ def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
     for _ in _batches(name, _input(name, 1000), 1000, batch_size)():
         pass  # warm-up: one-off imports and initialisation
     build = _batches(name, _input(name, size), size, batch_size)
+    gc.collect()  # as in the main benchmark: no collection owed by earlier work on the clock
     baseline = psutil.Process().memory_info().rss
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if before > baseline + SLACK:

@@ -26,7 +26,15 @@ import samplers.mixture.passes
 import samplers.mixture.sampler
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.order import MixtureOrder
-from samplers.mixture.schedule import MAX_PERIOD, Period, Schedule, parts, period
+from samplers.mixture.schedule import (
+    MAX_PERIOD,
+    Period,
+    Schedule,
+    _earliest_deadline_first,
+    _whole_period,
+    parts,
+    period,
+)
 
 SIZES = (5, 50, 7)
 DATASETS = [range(size) for size in SIZES]
@@ -518,6 +526,37 @@ def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
         assert lazy.at(torch.tensor([offset]))[0].item() == whole.source[offset].item()
     assert torch.equal(lazy.source, whole.source)
     assert torch.equal(lazy.checkpoints, whole.checkpoints)
+
+
+@given(
+    st.lists(st.integers(0, 60), min_size=1, max_size=12).filter(any)
+    | st.lists(st.integers(0, 3), min_size=1, max_size=40).filter(any)
+)
+def test_the_whole_period_at_once_is_earliest_deadline_first_step_by_step(
+    part: list[int],
+) -> None:
+    """The period computed in rounds of tensor operations is, step for step, the one
+    earliest deadline first gives one step at a time: periods of any length (a power of
+    two or padded to one, 1 included), paused sources, one source."""
+    sources, ranks = _earliest_deadline_first(tuple(part))
+    whole_source, whole_rank = _whole_period(tuple(part))
+    assert whole_source.tolist() == sources
+    assert whole_rank.tolist() == ranks
+
+
+@pytest.mark.parametrize("count", [30, 100, 1000])
+def test_the_whole_period_at_once_at_the_longest_period(count: int) -> None:
+    """Weights rounded to MAX_PERIOD parts (the longest period, no padding) and their
+    period one longer (padded to twice its length): the same steps both ways."""
+    generator = random.Random(count)
+    part = parts([generator.random() ** 3 for _ in range(count)])
+    assert sum(part) == MAX_PERIOD
+    longer = (part[0] + 1, *part[1:])
+    for each in (part, longer):
+        sources, ranks = _earliest_deadline_first(each)
+        whole_source, whole_rank = _whole_period(each)
+        assert whole_source.tolist() == sources
+        assert whole_rank.tolist() == ranks
 
 
 def test_the_first_index_computes_only_the_start_of_the_period() -> None:

@@ -10,8 +10,8 @@ and a source that runs out starts its next pass. The index returned is the sampl
 index in ``ConcatDataset(datasets)`` (the source's offset plus its index in the source).
 Any position costs O(1) tensor operations, and a chunk of positions O(1) per position,
 whatever the sources and passes it touches, once the mixing period is computed as far as
-the position (:class:`~samplers.mixture.schedule.Period`: the first position past what
-is computed costs up to the rest of the period, once). Iterators compute a small first
+the position (:class:`~samplers.mixture.schedule.Period`: the first position past its
+first piece computes the rest of the period, once). Iterators compute a small first
 chunk (:attr:`MixtureOrder.first_chunk`), so the first index needs only the start of the
 period, then large chunks evaluated a block at a time (:attr:`MixtureOrder.blockwise`).
 

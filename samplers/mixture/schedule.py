@@ -11,13 +11,25 @@ steps that keeps every prefix within 1 of its target: it may come no earlier tha
 ``floor(k * T / a_d)`` and no later than ``ceil((k + 1) * T / a_d) - 1``. Earliest
 deadline first over those windows meets every deadline (unit jobs with integer windows;
 a schedule meeting them exists, Tijdeman's chairman assignment theorem, and earliest
-deadline first finds one when one exists; :func:`period` checks every step anyway).
+deadline first finds one when one exists; every step is checked anyway).
 After ``T`` steps each source has exactly ``a_d`` draws, so the schedule repeats: one
 period, ``T`` source numbers and each draw's rank within the period, is all that is
-kept, and any position follows from ``divmod(p, T)``. The period is computed as far as
-positions ask (:class:`Period`), so a position near a period's start costs only the
-period's first piece; the first position past what is computed costs up to ``O(T log n)``
-once.
+kept, and any position follows from ``divmod(p, T)``.
+
+The period is computed as far as positions ask (:class:`Period`): its first
+:data:`FIRST_STEPS` steps one step at a time (:func:`_earliest_deadline_first`, so a
+position near a period's start costs only those), and, when a position lies beyond
+them, the whole period at once, in ``log2(T)`` rounds of tensor operations
+(:func:`_whole_period`). That second way gives the same schedule, because earliest
+deadline first is the same as taking the draws in (deadline, source) order and giving
+each the first step at or after its release that no draw before it in that order took
+(a draw only ever waits for draws due before it). Which steps a set of draws takes that
+way does not depend on the order they are placed in (as with linear probing), and
+follows from their releases alone: a step is taken when a draw released there, or one
+still waiting from before, is there to take it, a queue whose length is a cumulative sum
+minus its cumulative minimum. So the draws are split in halves by that order: the first
+half's steps follow from its releases, the second half takes the others, and each half
+is again the same problem on its own steps, all halves of a round computed at once.
 
 A :class:`Schedule` is a list of segments (a global start position and its parts): a
 change of weights starts a new segment at the current position, with every source's
@@ -36,15 +48,16 @@ from fractions import Fraction
 
 import torch
 
-__all__ = ["CHECKPOINT", "MAX_PERIOD", "Period", "Schedule", "parts", "period"]
+__all__ = ["CHECKPOINT", "FIRST_STEPS", "MAX_PERIOD", "Period", "Schedule", "parts", "period"]
 
 #: The longest period kept: proportions with a larger common denominator are rounded to
 #: multiples of ``1 / MAX_PERIOD`` (a positive weight never to 0).
 MAX_PERIOD = 1 << 16
 #: Every ``CHECKPOINT`` positions of a period its cumulative counts are kept.
 CHECKPOINT = 256
-#: The first piece of a period computed (later pieces double what is computed).
-_FIRST_STEPS = 1 << 11
+#: The first piece of a period, computed step by step; a position past it computes the
+#: whole period (see the module docstring).
+FIRST_STEPS = 1 << 11
 #: Weights given as floats are read as the simplest fraction within this relative
 #: distance of the float (so ``0.6`` is ``3/5`` and ``1/3`` is ``1/3``).
 _FLOAT_TOLERANCE = 1e-12
@@ -95,11 +108,9 @@ class Period:
     ``rank[o]`` is how many times that source drew before ``o`` in the period, and
     ``checkpoints[c]`` every source's count before offset ``c * CHECKPOINT``.
 
-    Computed as far as asked and no further: earliest deadline first runs from the
-    period's start in steps that at least double what is computed (so the whole period
-    costs O(T) once) and stops where it is, its state being every source's count; a
-    stream position near a period's start is located without the rest of the period.
-    Safe to share between threads."""
+    Computed as far as asked: the first :data:`FIRST_STEPS` steps, or the whole period
+    (see the module docstring), so a stream position near a period's start is located
+    without the rest of the period. Safe to share between threads."""
 
     def __init__(self, parts: tuple[int, ...]) -> None:
         self.parts = parts
@@ -108,7 +119,6 @@ class Period:
         self._rank = torch.empty(total, dtype=torch.int64)
         self._checkpoints = torch.zeros(total // CHECKPOINT + 1, len(parts), dtype=torch.int64)
         self._done = 0
-        self._drawn = [0] * len(parts)
         self._lock = threading.Lock()
 
     @property
@@ -136,19 +146,26 @@ class Period:
         return self._checkpoints
 
     def ensure(self, offset: int) -> None:
-        """Compute the period's first ``offset`` positions, if not yet done."""
+        """Compute the period's first ``offset`` positions, if not yet done: the first
+        :data:`FIRST_STEPS` steps one at a time, or the whole period at once."""
         if offset <= self._done:
             return
         with self._lock:
             done = self._done
             if offset <= done:
                 return
-            stop = min(self.length, max(offset, 2 * done, _FIRST_STEPS))
-            stop = min(self.length, -(-stop // CHECKPOINT) * CHECKPOINT)
-            sources, ranks = _earliest_deadline_first(self.parts, done, stop, self._drawn)
-            block = torch.tensor(sources, dtype=torch.int64)
-            self._source[done:stop] = block
-            self._rank[done:stop] = torch.tensor(ranks, dtype=torch.int64)
+            if done == 0 and offset <= FIRST_STEPS < self.length:
+                stop = FIRST_STEPS
+                sources, ranks = _earliest_deadline_first(self.parts, stop)
+                block = torch.tensor(sources, dtype=torch.int64)
+                self._source[:stop] = block
+                self._rank[:stop] = torch.tensor(ranks, dtype=torch.int64)
+            else:
+                stop = self.length
+                whole, whole_rank = _whole_period(self.parts)
+                block = whole[done:]
+                self._source[done:] = block
+                self._rank[done:] = whole_rank[done:]
             # Checkpoints: done is a multiple of CHECKPOINT, so are the complete blocks.
             complete = (stop - done) // CHECKPOINT
             if complete:
@@ -190,29 +207,24 @@ def period(parts: tuple[int, ...]) -> Period:
 
 
 def _earliest_deadline_first(
-    parts: tuple[int, ...], start: int = 0, stop: int | None = None, drawn: list[int] | None = None
+    parts: tuple[int, ...], stop: int | None = None
 ) -> tuple[list[int], list[int]]:
-    """Earliest deadline first (ties to the lower source), steps ``[start, stop)`` from
-    the state at ``start`` (every source's count, ``drawn``, updated in place): each
-    step's source and that source's count before it."""
+    """Earliest deadline first (ties to the lower source), one step at a time, over the
+    period's first ``stop`` steps (all of them by default): each step's source and that
+    source's count before it."""
     total = sum(parts)
     stop = total if stop is None else stop
-    drawn = [0] * len(parts) if drawn is None else drawn
+    drawn = [0] * len(parts)
     ready: list[tuple[int, int]] = []
     releases: dict[int, list[int]] = {}  # step -> the sources whose next draw opens then
     for d, a in enumerate(parts):
-        if a == 0 or drawn[d] >= a:
-            continue
-        release = drawn[d] * total // a
-        if release <= start:
-            ready.append((-(-(drawn[d] + 1) * total // a) - 1, d))
-        else:
-            releases.setdefault(release, []).append(d)
+        if a:
+            ready.append((-(-total // a) - 1, d))
     heapq.heapify(ready)
     sources: list[int] = []
     ranks: list[int] = []
     push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    for step in range(start, stop):
+    for step in range(stop):
         released = releases.pop(step, None)
         if released:
             for d in released:
@@ -234,6 +246,90 @@ def _earliest_deadline_first(
             releases.setdefault(release, []).append(d)
         pop(ready)
     return sources, ranks
+
+
+def _whole_period(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Earliest deadline first over the whole period in ``log2(T)`` rounds of tensor
+    operations (see the module docstring): each step's source and that source's count
+    before it, the same as :func:`_earliest_deadline_first` gives."""
+    total = sum(parts)
+    bits = (total - 1).bit_length()
+    size = 1 << bits
+    counts = torch.tensor(parts, dtype=torch.int64)
+    source = torch.repeat_interleave(torch.arange(len(parts)), counts)
+    draw = torch.arange(total) - (counts.cumsum(0) - counts).repeat_interleave(counts)
+    share = counts.index_select(0, source)
+    release = draw * total // share
+    deadline = -(-(draw + 1) * total // share) - 1
+    # The draws in (deadline, source) order: a stable sort of the source-major list.
+    by_deadline = torch.sort(deadline.to(torch.int32), stable=True).indices
+    # Over ``size`` places (int32: size <= 2 * MAX_PERIOD): place ``i`` is both the i-th
+    # draw in that order and a step of the current arrangement, whose rows of ``width``
+    # places each hold a group's draws and the steps they take. ``released`` is each
+    # draw's release as a place of its row; padding draws past the period come last and
+    # take their own steps, so that the rows are halves of aligned powers of two.
+    released = torch.arange(size, dtype=torch.int32)
+    released[:total] = release.index_select(0, by_deadline)
+    arrangement = torch.arange(size, dtype=torch.int32)  # each step's place
+    ones = torch.ones(size // 2, dtype=torch.int32)
+    # The rounds' tensors, allocated once (fresh pages on every round cost more than the
+    # arithmetic): the next ``released`` and ``arrangement``, and the working rows.
+    next_released, next_arrangement = torch.empty_like(released), torch.empty_like(released)
+    first_half = torch.empty(size // 2, dtype=torch.int32)
+    arrivals, arrived, walk, low, taken, moved, scratch = (
+        torch.empty(size, dtype=torch.int32) for _ in range(7)
+    )
+    low_at = torch.empty(size, dtype=torch.int64)  # where each running minimum was
+    for level in range(bits):
+        half = 1 << (bits - 1 - level)
+        width = 2 * half
+        rows = size // width
+        column = torch.arange(width, dtype=torch.int32).view(1, width)
+        row_start = torch.arange(0, size, width, dtype=torch.int32).view(rows, 1)
+
+        def row(flat: torch.Tensor, rows: int = rows, width: int = width) -> torch.Tensor:
+            return flat.view(rows, width)
+
+        placed = row(released)
+        # The first half's draws by release, and the queue they form along each row: at
+        # each step, the draws arrived so far less the steps so far (``walk``, before the
+        # step's arrivals); the steps taken before it are its index plus the walk's
+        # minimum so far (a step is idle only when the queue is empty), and the first half
+        # takes the step when draws are waiting there, arrivals included.
+        first_half.view(rows, half).copy_(placed[:, :half])
+        arrivals.zero_().index_add_(0, first_half, ones)
+        torch.cumsum(row(arrivals), 1, dtype=torch.int32, out=row(arrived)).sub_(column)
+        torch.sub(row(arrived), row(arrivals), out=row(walk))
+        if width >= 16:
+            torch.cummin(row(walk), 1, out=(row(low), row(low_at)))
+        else:  # short rows: one running minimum, each row shifted below the ones before
+            shift = row_start * 5  # (|walk| <= width)
+            torch.sub(row(walk), shift, out=row(scratch))
+            torch.cummin(scratch, 0, out=(low, low_at))
+            row(low).add_(shift)
+        # The row's steps before each step that the first half took.
+        torch.add(row(low), column, out=row(taken))
+        mine = row(arrived).sub_(row(low)).clamp_(max=1)  # 1 where the first half takes it
+        # Each step's new place: the first half's steps first, then the others'.
+        torch.sub(row_start + half, row(low), out=row(moved))  # row_start + half + column - taken
+        row(moved).add_(torch.add(taken, low, out=scratch).sub_(half).view(rows, width).mul_(mine))
+        torch.index_select(moved, 0, arrangement, out=next_arrangement)
+        arrangement, next_arrangement = next_arrangement, arrangement
+        # Each draw's release in its new row: the first step there at or after it.
+        taken_at = row(torch.index_select(taken, 0, released, out=scratch))
+        out = row(next_released)
+        torch.add(row_start, taken_at[:, :half], out=out[:, :half])
+        torch.sub(placed[:, half:], taken_at[:, half:], out=out[:, half:]).add_(half)
+        released, next_released = next_released, released
+    if not torch.equal(released, torch.arange(size, dtype=torch.int32)):
+        raise RuntimeError(f"mixture schedule for parts {parts}: the rounds disagree")  # never
+    drawn_at = by_deadline.index_select(0, arrangement[:total].to(torch.int64))
+    steps = torch.arange(total)
+    early = release.index_select(0, drawn_at) > steps
+    late = deadline.index_select(0, drawn_at) < steps
+    if bool((early | late).any()):  # never: every draw within its window
+        raise RuntimeError(f"mixture schedule for parts {parts} missed a window")
+    return source.index_select(0, drawn_at), draw.index_select(0, drawn_at)
 
 
 @dataclass(frozen=True)

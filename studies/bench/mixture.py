@@ -191,30 +191,36 @@ def first_index_table(record: dict[str, Any]) -> pd.DataFrame:
     )
 
 
+def _by_world(epoch: pd.DataFrame) -> str:
+    """Ours / stock at each world size (largest first), every size listed, and how many
+    sizes were at most the stock sampler's time."""
+    parts = []
+    for world in sorted(set(epoch["world size"]), reverse=True):
+        at = epoch[epoch["world size"] == world].sort_values("samples")
+        ratios = at["ours / stock"]
+        at_most = int((ratios <= 1).sum())
+        listed = joined(f"{ratio:.2f} x" for ratio in ratios)
+        sizes = joined(f"{int(samples):,}" for samples in at["samples"])
+        parts.append(
+            f"on {plural(int(world), 'rank')} (rank {int(world) - 1}) {listed} at {sizes} "
+            f"samples, {count_of(at_most, len(at), 'sizes')} at most its time"
+        )
+    return "; ".join(parts)
+
+
 def prose(record: dict[str, Any], machine: str) -> str:
     """The mixture benchmark in words, from :func:`epoch_table` and
     :func:`first_index_table`."""
     epoch, first = epoch_table(record), first_index_table(record)
-    ratios = epoch["ours / stock"]
-    fastest, slowest = epoch.loc[ratios.idxmin()], epoch.loc[ratios.idxmax()]
-    at_most = int((ratios <= 1).sum())
-
-    def cell(row: pd.Series) -> str:
-        world = int(row["world size"])
-        return f"{int(row['samples']):,} samples on {world} rank{'s' if world > 1 else ''}"
-
     small, large = first.iloc[0], first.iloc[-1]
     return (
         f"Mixtures ({record['sources']} sources whose sizes span three orders of "
         f"magnitude, rank W - 1 of W, recorded by `python -m studies.mixture_bench "
         f"--record` on {machine}, {plural(record['threads'], 'torch thread')} per process, "
         f"medians of {plural(record['processes'], 'fresh process', 'fresh processes')}): "
-        "over the rank's whole epoch ours took "
-        f"from {ratios.min():.2f} x ({cell(fastest)}) to {ratios.max():.2f} x "
-        f"({cell(slowest)}) the time of the stock `DistributedSampler` over a "
-        f"`ConcatDataset` of the same sources; {count_of(at_most, len(epoch), 'cells')} "
-        f"{'was' if at_most == 1 else 'were'} at most the stock sampler's time. Handing "
-        "out a held list of the rank's "
+        "over the rank's whole epoch, ours took, as a multiple of the time of the stock "
+        f"`DistributedSampler` over a `ConcatDataset` of the same sources, {_by_world(epoch)}. "
+        "Handing out a held list of the rank's "
         f"indices (the floor) is what neither can beat: the stock sampler took "
         f"{epoch['stock / floor'].min():.2f} to {epoch['stock / floor'].max():.2f} x it, "
         f"ours {epoch['ours / floor'].min():.2f} to {epoch['ours / floor'].max():.2f} x. "
