@@ -8,18 +8,18 @@ index at 10**6 and 10**9 samples, and a whole epoch of ours against the stock
 out a held list of the rank's indices) at 10**6 and 10**7 samples on 8 ranks and on 1.
 
 ``python -m studies.mixture_bench --record`` (a few minutes) measures in fresh processes
-instead (each started through a small launcher, on :data:`THREADS` intra-op thread, after
-a warm-up on 1,000 samples and a full garbage collection, as in the main benchmark, so
-that no collection owed by earlier work runs on the clock; the clock runs from building
-the sampler to its first index and on to its last; the peak is the kernel's high-water mark above the process's baseline
-resident set, the mark reset to the baseline where Linux allows) and writes the medians
-over :data:`REPEATS` processes, with the machine's facts, to :data:`RECORDED`, which the
-speed and mixtures findings show; nothing is timed when the reports are built. The grid:
-every variant of :data:`VARIANTS` at every size of :data:`EPOCH_SIZES` on every world size
-of :data:`WORLD_SIZES` (the stock sampler cannot run at 10**9 samples here: its list of
+instead (each started through a small launcher, on :data:`THREADS` intra-op thread,
+after a warm-up on 1,000 samples and a full garbage collection, as in the main
+benchmark, so that no collection owed by earlier work runs on the clock; the clock runs
+from building the sampler to its first index and on to its last; the peak is the
+kernel's high-water mark above the process's baseline resident set, the mark reset to
+the baseline where Linux allows) and writes the medians over :data:`REPEATS` processes,
+with the machine's facts, to :data:`RECORDED`, which the speed and mixtures findings
+show; nothing is timed when the reports are built. The grid: every variant of
+:data:`VARIANTS` at every size of :data:`EPOCH_SIZES` on every world size of
+:data:`WORLD_SIZES` (the stock sampler cannot run at 10**9 samples here: its list of
 every index alone needs more memory than the machine has, so the whole epoch stops at
-10**8), and ours' first index alone at :data:`FIRST_INDEX_SIZES` on
-:data:`WORLD` ranks.
+10**8), and ours' first index alone at :data:`FIRST_INDEX_SIZES` on :data:`WORLD` ranks.
 
 The record also holds, under ``"ways"``, the time and peak memory to the first index of
 every way of mixing that the mixtures finding compares (its ``BUILDERS``, the finding's own

@@ -11,14 +11,15 @@ resident memory above the process's baseline. Medians (and the range) over the p
 are written with the machine's facts to :data:`RECORDED`, which the token-batches finding
 shows; nothing there is timed when the reports are built.
 
-How a process measures (``--probe``, started through a small launcher so that it does not
-inherit the measuring process's memory high-water mark): it imports everything, prepares
-the sampler's input as its users hold it (a tensor of lengths; a list of ints for
-transformers' sampler), runs a small warm-up on :data:`THREADS` intra-op thread and a full garbage collection
-(as the main benchmark does), then takes its baseline resident set (psutil), and refuses to go on if its high-water mark is
-already above that by more than :data:`SLACK`. The clock runs from building the sampler
-to the first batch, and on to the last one; the peak is the kernel's high-water mark
-(``ru_maxrss``) after the epoch minus the baseline.
+How a process measures (``--probe``, started through a small launcher so that it does
+not inherit the measuring process's memory high-water mark): it imports everything,
+prepares the sampler's input as its users hold it (a tensor of lengths; a list of ints
+for transformers' sampler), runs a small warm-up on :data:`THREADS` intra-op thread and
+a full garbage collection (as the main benchmark does), then takes its baseline resident
+set (psutil), and refuses to go on if its high-water mark is already above that by more
+than :data:`SLACK`. The clock runs from building the sampler to the first batch, and on
+to the last one; the peak is the kernel's high-water mark (``ru_maxrss``) after the
+epoch minus the baseline.
 """
 
 from __future__ import annotations
