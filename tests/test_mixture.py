@@ -24,6 +24,7 @@ from torch.utils.data import ConcatDataset, DataLoader
 
 import samplers.mixture.passes
 import samplers.mixture.sampler
+import samplers.mixture.schedule
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.mixture.order import MixtureOrder
 from samplers.mixture.schedule import (
@@ -557,6 +558,19 @@ def test_the_whole_period_at_once_at_the_longest_period(count: int) -> None:
         whole_source, whole_rank = _whole_period(each)
         assert whole_source.tolist() == sources
         assert whole_rank.tolist() == ranks
+
+
+def test_a_period_past_the_rounds_limit_is_computed_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A period longer than the rounds' int32 places allow (only from parts given by
+    hand) is computed step by step: the same steps."""
+    part = (7, 50, 3, 41)
+    expected = _whole_period(part)
+    monkeypatch.setattr(samplers.mixture.schedule, "_WHOLE_IN_ROUNDS", 64)
+    sources, ranks = _whole_period(part)
+    assert torch.equal(sources, expected[0]) and torch.equal(ranks, expected[1])
+    assert sources.tolist() == _earliest_deadline_first(part)[0]
 
 
 def test_the_first_index_computes_only_the_start_of_the_period() -> None:

@@ -58,6 +58,10 @@ CHECKPOINT = 256
 #: The first piece of a period, computed step by step; a position past it computes the
 #: whole period (see the module docstring).
 FIRST_STEPS = 1 << 11
+#: The longest period computed in rounds of tensor operations, whose int32 places stay
+#: exact up to here (periods from :func:`parts` are at most :data:`MAX_PERIOD`); a longer
+#: one, only from parts given by hand, is computed step by step.
+_WHOLE_IN_ROUNDS = 1 << 26
 #: Weights given as floats are read as the simplest fraction within this relative
 #: distance of the float (so ``0.6`` is ``3/5`` and ``1/3`` is ``1/3``).
 _FLOAT_TOLERANCE = 1e-12
@@ -253,6 +257,9 @@ def _whole_period(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     operations (see the module docstring): each step's source and that source's count
     before it, the same as :func:`_earliest_deadline_first` gives."""
     total = sum(parts)
+    if total > _WHOLE_IN_ROUNDS:
+        sources, ranks = _earliest_deadline_first(parts)
+        return torch.tensor(sources, dtype=torch.int64), torch.tensor(ranks, dtype=torch.int64)
     bits = (total - 1).bit_length()
     size = 1 << bits
     counts = torch.tensor(parts, dtype=torch.int64)
