@@ -40,7 +40,6 @@ import json
 import os
 import random
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedMixtureSampler
 from samplers.mixture.schedule import parts, period
+from studies.bench.probe import in_fresh_interpreter
 
 SOURCES = 100
 WORLD, RANK = 8, 7
@@ -79,8 +79,6 @@ WAY_TIMEOUT = 30.0
 #: The total of a way's warm-up: half the finding's, so that each source has at least
 #: ``SHARDS`` samples (a streamed source is split in that many shards).
 WAY_WARM_UP = 7_190
-#: Starts the probe from a small interpreter (see :func:`measure_in_fresh_process`).
-LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 
 
 class Sized:
@@ -282,31 +280,13 @@ def probe_way(name: str, total: int, world: int) -> dict[str, float]:
 
 
 def _in_fresh_process(arguments: list[str], timeout: float) -> dict[str, float]:
-    """This module run with ``arguments`` through :data:`LAUNCHER` in a session of its
-    own, its last line of output read as JSON. After ``timeout`` seconds the whole session
-    (the launcher and the probe it started) is killed and ``subprocess.TimeoutExpired``
-    raised, so that no probe outlives its measurement."""
-    root = Path(__file__).resolve().parents[1]
-    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    command = [sys.executable, "-S", "-c", LAUNCHER, sys.executable, "-m", "studies.mixture_bench"]
-    with subprocess.Popen(
-        command + arguments,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(arguments)} failed:\n{stderr}")
-    measured: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
+    """This module run with ``arguments`` in a fresh interpreter
+    (:func:`studies.bench.probe.in_fresh_interpreter`), its last line of output read as
+    JSON; ``subprocess.TimeoutExpired`` after ``timeout`` seconds, the probe killed."""
+    done = in_fresh_interpreter("studies.mixture_bench", arguments, timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(arguments)} failed:\n{done.stderr}")
+    measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return measured
 
 

@@ -27,10 +27,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -39,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from studies.bench.probe import in_fresh_interpreter
 
 __all__ = [
     "LARGEST",
@@ -64,8 +64,6 @@ REPEATS = 3
 #: busy with other work, more threads than free cores make torch's pool wait on itself,
 #: which measures the machine's load rather than the samplers.
 THREADS = 1
-#: Starts the probe from a small interpreter (see :func:`measure_in_fresh_process`).
-LAUNCHER = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
 #: How far the high-water mark may exceed the baseline before the sampler is built.
 SLACK = 64 * 10**6
 QUANTITIES = ("first batch (s)", "whole epoch (s)", "peak RSS above baseline (MB)")
@@ -176,25 +174,8 @@ def measure_in_fresh_process(
     (``python -S``, nothing imported): the mark it inherits is the launcher's, below the
     probe's own baseline, whatever the size of the process measuring.
     """
-    root = Path(__file__).resolve().parents[1]
-    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    command = [
-        sys.executable,
-        "-S",
-        "-c",
-        LAUNCHER,
-        sys.executable,
-        "-m",
-        "studies.token_bench",
-        "--probe",
-        name,
-        str(size),
-        str(batch_size),
-    ]
-    done = subprocess.run(
-        command, env=environment, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    arguments = ["--probe", name, str(size), str(batch_size)]
+    done = in_fresh_interpreter("studies.token_bench", arguments, timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{name} at {size:,} failed:\n{done.stderr}")
     measured: dict[str, float] = json.loads(done.stdout)

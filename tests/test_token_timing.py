@@ -100,27 +100,20 @@ def test_measure_times_every_rank_of_every_step_on_a_tiny_model() -> None:
 
 def _record() -> dict:
     batches = [[[4096], [100, 100]], [[2000, 2000], [1000]]]
+
+    def run(sampler: str, seconds: list[list[float]]) -> dict:
+        return {
+            "data": "d",
+            "ranks": 2,
+            "sampler": sampler,
+            "epoch steps": 9,
+            "steps": [2, 6],
+            "batches": batches,
+            "seconds": seconds,
+        }
+
     return {
-        "runs": [
-            {
-                "data": "d",
-                "ranks": 2,
-                "sampler": "padded",
-                "epoch steps": 9,
-                "steps": [2, 6],
-                "batches": batches,
-                "seconds": [[3.0, 1.0], [2.0, 2.0]],
-            },
-            {
-                "data": "d",
-                "ranks": 2,
-                "sampler": "fixed",
-                "epoch steps": 9,
-                "steps": [2, 6],
-                "batches": batches,
-                "seconds": [[6.0, 2.0], [4.0, 4.0]],
-            },
-        ]
+        "runs": [run("padded", [[3.0, 1.0], [2.0, 2.0]]), run("fixed", [[6.0, 2.0], [4.0, 4.0]])]
     }
 
 

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASELINE_SLACK", "WARM_UP_SIZE", "Probe", "measure", "run"]
+__all__ = ["BASELINE_SLACK", "WARM_UP_SIZE", "Probe", "in_fresh_interpreter", "measure", "run"]
 
 #: How far the high-water mark may exceed the baseline RSS before building the variant.
 BASELINE_SLACK = 4 * 2**20
@@ -90,18 +90,40 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
     The result always has ``"status"``: ``"ok"`` (then also ``first_s``, and for a
     sampler ``epoch_s``, ``peak_bytes`` and ``baseline_bytes``),
     ``"unavailable: <error>"`` or ``"failed: <reason>"``. After ``timeout`` seconds the
-    launcher and the child are killed (they run in their own session); so they are when
-    anything interrupts the wait (Ctrl-C, SIGTERM turned into an exception), before the
-    exception goes on. The child also stops itself once ``timeout`` has passed (an alarm
-    it sets), so it cannot outlive a parent that was killed outright.
+    launcher and the child are killed (:func:`in_fresh_interpreter`). The child also
+    stops itself once ``timeout`` has passed (an alarm it sets), so it cannot outlive a
+    parent that was killed outright.
     """
+    arguments = [json.dumps(asdict(probe)), str(math.ceil(timeout) + 5)]
+    try:
+        done = in_fresh_interpreter(__name__, arguments, timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"failed: timed out after {timeout:g} s"}
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+        return {"status": f"failed: {lines[-1]}"}
+    try:
+        result: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"status": f"failed: the measuring process printed {done.stdout[:200]!r}"}
+    return result
+
+
+def in_fresh_interpreter(
+    module: str, arguments: list[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module *arguments`` in a new interpreter, started through
+    :data:`_LAUNCHER` (so that it does not inherit this process's memory high-water mark;
+    see the module docstring) in a session of its own, with this checkout first on
+    ``PYTHONPATH``; its exit status and output. After ``timeout`` seconds, or when anything
+    interrupts the wait (Ctrl-C, SIGTERM turned into an exception), the whole session (the
+    launcher, the child and its workers) is killed and the exception goes on
+    (``subprocess.TimeoutExpired`` at the timeout), so that no child outlives its
+    measurement."""
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    command = [
-        sys.executable, "-S", "-c", _LAUNCHER,
-        sys.executable, "-m", __name__, json.dumps(asdict(probe)), str(math.ceil(timeout) + 5),
-    ]  # fmt: skip
+    command = [sys.executable, "-S", "-c", _LAUNCHER, sys.executable, "-m", module, *arguments]
     with subprocess.Popen(
         command,
         env=environment,
@@ -112,27 +134,12 @@ def measure(probe: Probe, timeout: float) -> dict[str, Any]:
     ) as process:
         try:
             out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill(process)
-            return {"status": f"failed: timed out after {timeout:g} s"}
         except BaseException:
-            _kill(process)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
             raise
-    if process.returncode != 0:
-        lines = err.strip().splitlines() or [f"exit code {process.returncode}"]
-        return {"status": f"failed: {lines[-1]}"}
-    try:
-        result: dict[str, Any] = json.loads(out)
-    except json.JSONDecodeError:
-        return {"status": f"failed: the measuring process printed {out[:200]!r}"}
-    return result
-
-
-def _kill(process: subprocess.Popen[str]) -> None:
-    """SIGKILL the launcher's session (the child and its workers too), then reap it."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def run(probe: Probe) -> dict[str, Any]:
