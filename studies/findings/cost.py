@@ -76,19 +76,22 @@ def measure_all(sizes: Sequence[int] = DATASET_SIZES) -> list[dict[str, int]]:
 def measure_in_fresh_process(
     sizes: Sequence[int] = DATASET_SIZES, processes: int = PROCESSES
 ) -> list[dict[str, int]]:
-    """:func:`measure_all` in ``processes`` new interpreters with a fixed hash seed; each
-    number is the median over them.
+    """:func:`measure_all` in ``processes`` new interpreters, the ``k``-th with hash seed
+    ``k``; each number is the median over them.
 
-    Python's free lists and arenas depend on everything the process did before, which
-    moves tracemalloc's numbers by a few hundred bytes; a fresh interpreter that has only
-    imported this module measures the same bytes nearly every time. Not every time: about
-    one process in 8 to 16 measured one cell 67 bytes apart (ours at 100 or 300 samples).
-    So the interpreters run without address-space randomisation where Linux's ``setarch
-    -R`` allows it (an input of a fresh process that differs from run to run), and
-    the median of :data:`PROCESSES` of them is kept, so that one odd process cannot move
-    a number.
+    Python's free lists, arenas and caches depend on everything the process did before,
+    which moves tracemalloc's numbers by a few dozen bytes; a fresh interpreter that has
+    only imported this module measures the same bytes every time, with one more condition
+    :func:`~studies.findings.memory.python_heap` sees to (it empties CPython's type
+    attribute cache first). Before it did, one cell (ours' heap held at the first index,
+    at 10 or 100 samples) came out 67 bytes lower in some interpreters, depending on the
+    hash seed and on the path of the checkout: 2 of 16 hash seeds at one path, none at
+    another. So a report regenerated in a fresh clone could differ from the committed
+    one. The interpreters also run without address-space randomisation where Linux's
+    ``setarch -R`` allows it, and the median of :data:`PROCESSES` of them, each with its
+    own hash seed, is kept, so that one odd process cannot move a number.
     """
-    rows = [_fresh_rows(sizes) for _ in range(processes)]
+    rows = [_fresh_rows(sizes, hash_seed) for hash_seed in range(processes)]
     first = rows[0]
     return [
         {
@@ -111,11 +114,15 @@ def _command(sizes: Sequence[int]) -> list[str]:
     return command
 
 
-def _fresh_rows(sizes: Sequence[int]) -> list[dict[str, int]]:
-    """:func:`measure_all` in one new interpreter."""
+def _fresh_rows(sizes: Sequence[int], hash_seed: int = 0) -> list[dict[str, int]]:
+    """:func:`measure_all` in one new interpreter with ``PYTHONHASHSEED=hash_seed``."""
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    environment = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(paths)}
+    environment = {
+        **os.environ,
+        "PYTHONHASHSEED": str(hash_seed),
+        "PYTHONPATH": os.pathsep.join(paths),
+    }
     environment.pop("PYTHONTRACEMALLOC", None)
     command = _command(sizes)
     done = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
