@@ -22,13 +22,13 @@ every index alone needs more memory than the machine has, so the whole epoch sto
 10**8), and ours' first index alone at :data:`FIRST_INDEX_SIZES` on :data:`WORLD` ranks.
 
 The record also holds, under ``"ways"``, the time and peak memory to the first index of
-every way of mixing that the mixtures finding compares (its ``BUILDERS``, the finding's own
-code), on rank ``WORLD - 1`` of :data:`WORLD`, over the finding's six sources at each total
-of :data:`WAY_SIZES` (its sizes, scaled; :func:`scaled`): the same probe in fresh
-processes, the sources built before the clock, after a warm-up over all of
-:data:`WAY_WARM_UP` samples. A way whose first process does not finish within
-:data:`WAY_TIMEOUT` seconds (imports and warm-up included) is recorded as skipped at that
-total.
+every way of mixing that the mixtures finding compares (``BUILDERS`` of
+:mod:`studies.mixture_ways`, the finding's own code), on rank ``WORLD - 1`` of
+:data:`WORLD`, over the finding's six sources at each total of :data:`WAY_SIZES` (its
+sizes, scaled; :func:`scaled`): the same probe in fresh processes, the sources built
+before the clock, after a warm-up over all of :data:`WAY_WARM_UP` samples. A way whose
+first process does not finish within :data:`WAY_TIMEOUT` seconds (imports and warm-up
+included) is recorded as skipped at that total.
 """
 
 from __future__ import annotations
@@ -231,27 +231,28 @@ def probe(variant: str, total: int, world: int, epoch: bool) -> dict[str, float]
 
 def scaled(total: int) -> tuple[int, ...]:
     """The mixtures finding's source sizes scaled to ``total`` samples (each at least 1)."""
-    from studies.findings import mixtures
+    from studies import mixture_ways
 
-    sizes = [max(1, round(n * total / sum(mixtures.SIZES))) for n in mixtures.SIZES]
+    sizes = [max(1, round(n * total / sum(mixture_ways.SIZES))) for n in mixture_ways.SIZES]
     sizes[-1] += total - sum(sizes)
     return tuple(sizes)
 
 
 def _use_sizes(total: int) -> Any:
     """Set the mixtures finding's sources to :func:`scaled` ``(total)`` in this process
-    (its builders read ``SIZES``, ``OFFSETS`` and ``LENGTH`` from its module; a probe is a
-    process of its own) and forget the sources and mixes it built for other sizes."""
+    (the ways' builders read ``SIZES``, ``OFFSETS`` and ``LENGTH`` from
+    :mod:`studies.mixture_ways`; a probe is a process of its own) and forget the sources
+    and mixes built for other sizes."""
     import numpy as np
 
-    from studies.findings import mixtures
+    from studies import mixture_ways
 
-    mixtures.SIZES = scaled(total)
-    mixtures.LENGTH = total
-    mixtures.OFFSETS = np.cumsum((0, *mixtures.SIZES[:-1]))
-    mixtures._hf_sources.cache_clear()
-    mixtures._hf_dataset_mix.cache_clear()
-    return mixtures
+    mixture_ways.SIZES = scaled(total)
+    mixture_ways.LENGTH = total
+    mixture_ways.OFFSETS = np.cumsum((0, *mixture_ways.SIZES[:-1]))
+    mixture_ways.hf_sources.cache_clear()
+    mixture_ways.hf_dataset_mix.cache_clear()
+    return mixture_ways
 
 
 def probe_way(name: str, total: int, world: int) -> dict[str, float]:
@@ -262,14 +263,14 @@ def probe_way(name: str, total: int, world: int) -> dict[str, float]:
     import psutil
 
     torch.set_num_threads(THREADS)
-    mixtures = _use_sizes(WAY_WARM_UP)
-    for _ in mixtures.BUILDERS[name](world, world - 1):
+    ways_of_mixing = _use_sizes(WAY_WARM_UP)
+    for _ in ways_of_mixing.BUILDERS[name](world, world - 1):
         pass  # warm-up: imports and first calls, on other sizes (nothing below is cached)
-    mixtures = _use_sizes(total)
-    build = mixtures.BUILDERS[name]
+    ways_of_mixing = _use_sizes(total)
+    build = ways_of_mixing.BUILDERS[name]
     if name.startswith("datasets: "):
-        mixtures._hf_sources(False)  # the sources (a user's datasets), before the clock
-        mixtures._hf_sources(True)
+        ways_of_mixing.hf_sources(False)  # the sources (a user's datasets), before the clock
+        ways_of_mixing.hf_sources(True)
     gc.collect()
     baseline = _reset_peak(psutil)
     start = time.perf_counter()
@@ -370,11 +371,11 @@ def ways(
     ``"skipped"`` and the ``timeout`` when its first process did not finish in time (a
     later one that does not is left out: its rows' ``processes`` count the rest).
     ``names`` picks some of the ways (all of them when empty)."""
-    from studies.findings import mixtures
+    from studies import mixture_ways
 
     rows: list[dict[str, Any]] = []
     for total in sizes:
-        for name in names or mixtures.BUILDERS:
+        for name in names or mixture_ways.BUILDERS:
             runs = []
             try:
                 for _ in range(repeats):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from studies import mixture_bench
+from studies import mixture_bench, mixture_ways
 from studies.bench import mixture
 
 
@@ -184,35 +184,32 @@ def test_the_ways_prose_quantifies_from_the_table(
 
 
 def test_the_scaled_sources_keep_the_finding_s_proportions() -> None:
-    from studies.findings import mixtures
 
-    assert mixture_bench.scaled(sum(mixtures.SIZES)) == mixtures.SIZES
-    assert mixture_bench.WAY_SIZES[0] == sum(mixtures.SIZES)
+    assert mixture_bench.scaled(sum(mixture_ways.SIZES)) == mixture_ways.SIZES
+    assert mixture_bench.WAY_SIZES[0] == sum(mixture_ways.SIZES)
     large = mixture_bench.scaled(10**6)
-    assert sum(large) == 10**6 and len(large) == len(mixtures.SIZES)
+    assert sum(large) == 10**6 and len(large) == len(mixture_ways.SIZES)
     assert all(
-        abs(n / 10**6 - m / sum(mixtures.SIZES)) < 1e-5
-        for n, m in zip(large, mixtures.SIZES, strict=True)
+        abs(n / 10**6 - m / sum(mixture_ways.SIZES)) < 1e-5
+        for n, m in zip(large, mixture_ways.SIZES, strict=True)
     )
     warm = mixture_bench.scaled(mixture_bench.WAY_WARM_UP)
-    assert min(warm) >= mixtures.SHARDS  # a streamed source splits into SHARDS shards
+    assert min(warm) >= mixture_ways.SHARDS  # a streamed source splits into SHARDS shards
 
 
 def test_every_way_of_the_finding_is_recorded_at_every_size() -> None:
-    from studies.findings import mixtures
 
     record = mixture_bench.load()
     table = mixture.ways_table(record)
-    assert table[mixture.WAY].tolist() == list(mixtures.BUILDERS)
+    assert table[mixture.WAY].tolist() == list(mixture_ways.BUILDERS)
     for total in mixture_bench.WAY_SIZES:
         for column in (mixture.first_index_column(total), mixture.peak_column(total)):
             assert table[column].notna().all(), column
 
 
 def test_a_way_probed_in_a_fresh_process_reaches_its_first_index() -> None:
-    from studies.findings import mixtures
 
-    for name in (mixtures.OURS, mixtures.HF_STREAM):
+    for name in (mixture_ways.OURS, mixture_ways.HF_STREAM):
         measured = mixture_bench.measure_way_in_fresh_process(name, 14_380, 2, timeout=120)
         assert set(measured) == {mixture_bench.QUANTITIES[0], mixture_bench.QUANTITIES[2]}
         assert measured[mixture_bench.QUANTITIES[0]] > 0
@@ -222,12 +219,10 @@ def test_a_way_probed_in_a_fresh_process_reaches_its_first_index() -> None:
 def test_a_way_over_the_timeout_is_recorded_skipped_and_its_probe_killed() -> None:
     import psutil
 
-    from studies.findings import mixtures
-
-    rows = mixture_bench.ways(sizes=(20_000,), repeats=1, timeout=0.5, names=(mixtures.OURS,))
+    rows = mixture_bench.ways(sizes=(20_000,), repeats=1, timeout=0.5, names=(mixture_ways.OURS,))
     assert rows == [
         {
-            "variant": mixtures.OURS,
+            "variant": mixture_ways.OURS,
             "total": 20_000,
             "world size": mixture_bench.WORLD,
             "quantity": mixture_bench.SKIPPED,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from studies import mixture_bench
+from studies import mixture_bench, mixture_ways
 from studies.bench import mixture
 from studies.findings import mixtures
 
@@ -23,17 +23,17 @@ def frame() -> pd.DataFrame:
 def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
     exact = mixtures.exact_rows(frame)
     # Ours holds all four on every world size; every other way fails one on each.
-    assert set(frame.loc[exact, "sampler"]) == {mixtures.OURS}
-    assert exact[frame["sampler"] == mixtures.OURS].all()
-    assert not exact[frame["sampler"] != mixtures.OURS].any()
-    megatron = frame[frame["sampler"] == mixtures.MEGATRON]
+    assert set(frame.loc[exact, "sampler"]) == {mixture_ways.OURS}
+    assert exact[frame["sampler"] == mixture_ways.OURS].all()
+    assert not exact[frame["sampler"] != mixture_ways.OURS].any()
+    megatron = frame[frame["sampler"] == mixture_ways.MEGATRON]
     assert (megatron["largest deviation over all prefixes (samples)"] < 1).all()
     assert (megatron["reweighted: repeats within a pass"].astype(int) > 0).all()
     unsupported = frame["reweighted: repeats within a pass"] == mixtures.NOT_REWEIGHTED
     assert set(frame.loc[unsupported, "sampler"]) == {
-        mixtures.WEIGHTED,
-        mixtures.STOCK,
-        mixtures.TORCHDATA,
+        mixture_ways.WEIGHTED,
+        mixture_ways.STOCK,
+        mixture_ways.TORCHDATA,
     }
     _first_index_holds_as_the_prose_states_it()
 
@@ -43,16 +43,16 @@ def _first_index_holds_as_the_prose_states_it() -> None:
     measured at each, and at the largest size no other way measured came sooner."""
     record = mixture_bench.load()
     table = mixture.ways_table(record).set_index(mixture.WAY)
-    assert list(table.index) == list(mixtures.BUILDERS)
+    assert list(table.index) == list(mixture_ways.BUILDERS)
     for total in mixture_bench.WAY_SIZES:
         first = pd.to_numeric(table[mixture.first_index_column(total)], errors="coerce")
-        assert first.notna()[mixtures.OURS], total
+        assert first.notna()[mixture_ways.OURS], total
     largest = max(mixture_bench.WAY_SIZES)
     first = pd.to_numeric(table[mixture.first_index_column(largest)], errors="coerce")
-    others = first.drop(mixtures.OURS).dropna()
-    assert (others > first[mixtures.OURS]).all()
+    others = first.drop(mixture_ways.OURS).dropna()
+    assert (others > first[mixture_ways.OURS]).all()
     said = f"none of the {len(others)} other ways measured came sooner"
-    assert said in mixture.ways_prose(record, mixtures.OURS).split(f"At {largest:,}")[1]
+    assert said in mixture.ways_prose(record, mixture_ways.OURS).split(f"At {largest:,}")[1]
 
 
 def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> None:
@@ -60,11 +60,16 @@ def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> 
         return frame[frame["sampler"] == name].reset_index(drop=True)
 
     # The default stopping strategy ends the mix when its smallest source runs out.
-    assert (rows(mixtures.HF_MAP)["samples in the epoch"] < mixtures.LENGTH).all()
-    whole = [mixtures.HF_MAP_ALL, mixtures.HF_MAP_ONCE, mixtures.HF_STREAM, mixtures.HF_SPLIT_FIRST]
+    assert (rows(mixture_ways.HF_MAP)["samples in the epoch"] < mixture_ways.LENGTH).all()
+    whole = [
+        mixture_ways.HF_MAP_ALL,
+        mixture_ways.HF_MAP_ONCE,
+        mixture_ways.HF_STREAM,
+        mixture_ways.HF_SPLIT_FIRST,
+    ]
     for name in whole:
         row = rows(name)
-        assert (row["samples in the epoch"] == mixtures.LENGTH).all(), name
+        assert (row["samples in the epoch"] == mixture_ways.LENGTH).all(), name
         # Resumed on the other world size (state_dict, or skipping the steps done), every
         # mix of a whole epoch loses and repeats samples, and a rebuilt mix with the new
         # probabilities repeats samples within a pass.
@@ -73,18 +78,20 @@ def test_the_hugging_face_rows_as_the_prose_states_them(frame: pd.DataFrame) -> 
         assert (row["reweighted: repeats within a pass"].astype(int) > 0).all(), name
     # A Dataset's mix cut in contiguous chunks repeats samples within a pass; without
     # replacement it repeats none and leaves the weights as its sources run out.
-    assert (rows(mixtures.HF_MAP_ALL)["repeats within a pass"] > 0).all()
-    once = rows(mixtures.HF_MAP_ONCE)
+    assert (rows(mixture_ways.HF_MAP_ALL)["repeats within a pass"] > 0).all()
+    once = rows(mixture_ways.HF_MAP_ONCE)
     assert (once["repeats within a pass"] == 0).all()
     assert (once["largest deviation over all prefixes (samples)"] > 1).all()
     # Every rank of a streamed mix draws with the same seed: a step is further off than
     # any of ours.
     step = "largest deviation within a step (samples)"
-    assert rows(mixtures.HF_STREAM)[step].max() > rows(mixtures.OURS)[step].max()
+    assert rows(mixture_ways.HF_STREAM)[step].max() > rows(mixture_ways.OURS)[step].max()
     # datasets#7868's order (split each source, then mix) gives the same rows as splitting
     # the mix, in the installed datasets.
     measures = [column for column in frame.columns if column != "sampler"]
-    assert rows(mixtures.HF_SPLIT_FIRST)[measures].equals(rows(mixtures.HF_STREAM)[measures])
+    assert rows(mixture_ways.HF_SPLIT_FIRST)[measures].equals(
+        rows(mixture_ways.HF_STREAM)[measures]
+    )
 
 
 def test_the_measures_on_hand_made_streams() -> None:

@@ -143,16 +143,22 @@ def test_token_shares_measured_over_prefixes_windows_and_steps() -> None:
                 assert off <= bound, (position, d)
                 worst_bound = max(worst_bound, off / bound)
     assert len(consumed) == 2 * epoch_length
-    # Measured (printed with -s): window 1125; the token shares' largest deviation over
-    # prefixes of a window or more 0.088, in the second epoch 0.037, per step 0.70; at
-    # most 0.12 of the claimed bound used. The asserts are bounds a worse mix would cross.
+    # Printed with -s; the sampler's docstring quotes these numbers, checked here.
     print(
         f"window {window}: largest token-share deviation over prefixes of a window or "
         f"more {worst_prefix:.4f}, in the second epoch {worst_late:.4f}, per step "
         f"{worst_step:.3f}; at most {worst_bound:.2f} of the claimed bound used"
     )
+    quoted = (
+        f"({len(SIZES)} sources, mean lengths {min(means):.0f} to {max(means):.0f}, 4 "
+        f"ranks, window {window}): the token shares' largest deviation from the weights "
+        f"over prefixes of a window or more is {worst_prefix:.3f} ({worst_late:.3f} in the "
+        f"second epoch), per step {worst_step:.2f};"
+    )
+    assert quoted in " ".join((DistributedMixtureTokenBatchSampler.__doc__ or "").split())
     assert worst_late < 0.05
     assert worst_prefix < 0.12
+    assert worst_bound < 0.13
     assert worst_step > 0.1  # a step is not a mixture: one run of lengths of a window
 
 

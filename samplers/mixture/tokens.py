@@ -65,7 +65,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
       sampler's), so after any step the bound holds plus the tokens of the part of one
       window handed out (at most ``window * max_d``). Not per step: a step's batches
       are neighbours in a window sorted by length and can come from one source.
-      Measured in tests/test_mixture_tokens.py (3 sources, mean lengths 55 to 1050, 4
+      Measured in tests/test_mixture_tokens.py (3 sources, mean lengths 25 to 1045, 4
       ranks, window 1125): the token shares' largest deviation from the weights over
       prefixes of a window or more is 0.088 (0.037 in the second epoch), per step 0.70;
     * **once per pass**: each source is read in passes, each a shuffle seeded from

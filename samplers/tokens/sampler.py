@@ -110,7 +110,8 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             permutation is computed a chunk of windows at a time, so the first batch
             comes at once at any dataset size and the order costs no memory) or
             ``"randperm"`` (``torch.randperm`` drawn whole at the first batch, 4 bytes
-            per sample; planning the whole epoch then takes a tenth to a fifth less time).
+            per sample; planning the whole epoch then took about a tenth less time at
+            10**6 samples and a quarter less at 10**7, rank 7 of 8 on one thread).
         group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
             ``DeviceMesh``); default: the default process group.
     """

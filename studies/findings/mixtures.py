@@ -4,20 +4,16 @@ their time and memory to the first index, read from the recorded mixture benchma
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
-from torch.utils.data import ConcatDataset, WeightedRandomSampler
-from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-from samplers import DistributedMixtureSampler, DistributedSamplerWrapper
 from studies import mixture_bench
+from studies import mixture_ways as ways
 from studies.bench import mixture
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, up_to
@@ -28,43 +24,17 @@ GUARDED_BY = "tests/test_mixture_finding.py::test_the_claim_holds_in_the_table"
 SLOW = True
 SECONDS = 70
 
-#: Six sources whose sizes span three orders of magnitude, and their weights.
-SIZES = (20, 60, 300, 1000, 3000, 10000)
-WEIGHTS = (3, 1, 2, 1, 2, 1)
 #: The weights set mid-run, and after how many steps (the state is saved there too).
 NEW_WEIGHTS = (1, 2, 1, 2, 1, 3)
 STEPS_BEFORE = 100
 WORLD_SIZES = (4, 8)
-SEED = 0
-LENGTH = sum(SIZES)
-OFFSETS = np.cumsum((0, *SIZES[:-1]))
 
-OURS = "ours: DistributedMixtureSampler"
-MEGATRON = "Megatron-style blend (reimplemented from its published algorithm)"
-WEIGHTED = "WeightedRandomSampler in our DistributedSamplerWrapper"
-STOCK = "ConcatDataset + stock DistributedSampler"
-TORCHDATA = "torchdata.nodes MultiNodeWeightedSampler over per-rank shards"
-HF_MAP = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, default stop)"
-HF_MAP_ALL = "datasets: interleave_datasets, then split_dataset_by_node (Dataset, all_exhausted)"
-HF_MAP_ONCE = (
-    "datasets: interleave_datasets, then split_dataset_by_node "
-    "(Dataset, all_exhausted_without_replacement)"
-)
-HF_STREAM = (
-    "datasets: interleave_datasets, then split_dataset_by_node (IterableDataset, all_exhausted)"
-)
-HF_SPLIT_FIRST = (
-    "datasets: split_dataset_by_node, then interleave_datasets (IterableDataset, all_exhausted)"
-)
-#: Shards of each streamed source: a multiple of every world size, so that
-#: ``split_dataset_by_node`` hands each rank whole shards (its documented fast case).
-SHARDS = 8
 #: The reweighting cells of a sampler without ``set_weights``.
 NOT_REWEIGHTED = "no set_weights"
 
 
 def _source(indices: Sequence[int]) -> np.ndarray:
-    return np.searchsorted(OFFSETS, np.asarray(indices, dtype=np.int64), side="right") - 1
+    return np.searchsorted(ways.OFFSETS, np.asarray(indices, dtype=np.int64), side="right") - 1
 
 
 def _stream(shares: Sequence[Sequence[int]]) -> list[int]:
@@ -79,7 +49,7 @@ def largest_deviation(stream: Sequence[int], weights: Sequence[int]) -> float:
         return 0.0
     sources = _source(stream)
     shares = np.asarray(weights, dtype=np.float64) / sum(weights)
-    counts = np.cumsum(np.eye(len(SIZES), dtype=np.int64)[sources], axis=0)
+    counts = np.cumsum(np.eye(len(ways.SIZES), dtype=np.int64)[sources], axis=0)
     k = np.arange(1, len(stream) + 1)[:, None]
     return float(np.abs(counts - k * shares).max())
 
@@ -91,7 +61,7 @@ def largest_step_deviation(stream: Sequence[int], weights: Sequence[int], world:
     if not whole:
         return 0.0
     sources = _source(stream[:whole]).reshape(-1, world)
-    counts = np.stack([(sources == d).sum(axis=1) for d in range(len(SIZES))], axis=1)
+    counts = np.stack([(sources == d).sum(axis=1) for d in range(len(ways.SIZES))], axis=1)
     shares = np.asarray(weights, dtype=np.float64) / sum(weights)
     return float(np.abs(counts - world * shares).max())
 
@@ -100,229 +70,12 @@ def repeats_within_passes(stream: Sequence[int]) -> int:
     """Draws that repeat a sample within its source's pass (draws cut every n_d)."""
     repeated = 0
     sources = _source(stream)
-    for d, size in enumerate(SIZES):
+    for d, size in enumerate(ways.SIZES):
         draws = [i for i, s in zip(stream, sources, strict=True) if s == d]
         for start in range(0, len(draws), size):
             one_pass = draws[start : start + size]
             repeated += len(one_pass) - len(set(one_pass))
     return repeated
-
-
-# The samplers ----------------------------------------------------------------------------
-
-
-def ours(world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> Any:
-    return DistributedMixtureSampler(
-        [range(n) for n in SIZES], list(weights), world, rank, seed=SEED, tail="uneven"
-    )
-
-
-def weighted(world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> Any:
-    per_sample = [w / n for n, w in zip(SIZES, weights, strict=True) for _ in range(n)]
-    generator = torch.Generator().manual_seed(SEED)
-    inner = WeightedRandomSampler(per_sample, LENGTH, generator=generator)
-    return DistributedSamplerWrapper(inner, world, rank, seed=SEED, tail="uneven")
-
-
-def stock(world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> Any:
-    return StockSampler(ConcatDataset([range(n) for n in SIZES]), world, rank, seed=SEED)
-
-
-def megatron_stream(weights: Sequence[int], length: int) -> list[int]:
-    """Megatron's blend: at each position the source with the largest error
-    ``share_d * (k + 1) - count_d`` (ties to the lower index), and that source's next
-    sample; each source's passes are fresh permutations of it (``randperm`` seeded with
-    the seed, the source and the pass)."""
-    shares = np.asarray(weights, dtype=np.float64) / sum(weights)
-    counts = np.zeros(len(SIZES), dtype=np.int64)
-    stream = []
-    orders: dict[tuple[int, int], list[int]] = {}
-    for k in range(length):
-        d = int(np.argmax(shares * (k + 1) - counts))
-        number, item = divmod(int(counts[d]), SIZES[d])
-        if (d, number) not in orders:
-            generator = torch.Generator().manual_seed(SEED * 1_000_003 + d * 1009 + number)
-            orders[(d, number)] = torch.randperm(SIZES[d], generator=generator).tolist()
-        stream.append(int(OFFSETS[d]) + orders[(d, number)][item])
-        counts[d] += 1
-    return stream
-
-
-class Megatron:
-    """The blend sharded by global position (Megatron's ``consumed_samples``): rank ``r``
-    takes positions ``r, r + W, ...``; the state is the position; new weights rebuild the
-    blend from scratch, which is then read from the same position."""
-
-    def __init__(self, world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> None:
-        self.world, self.rank, self.weights, self.start = world, rank, tuple(weights), 0
-
-    def __iter__(self) -> Any:
-        stream = megatron_stream(self.weights, LENGTH)
-        return iter(stream[self.start + self.rank :: self.world])
-
-    def state_dict(self, taken: int) -> dict[str, int]:
-        return {"position": self.start + taken * self.world}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.start = state["position"]
-
-    def set_weights(self, weights: Sequence[int], position: int) -> None:
-        self.weights, self.start = tuple(weights), position
-
-
-class Torchdata:
-    """torchdata's ``MultiNodeWeightedSampler`` (the ``peers`` extra): each source a node
-    over this rank's shard (``[rank::W]``) of a permutation of it, drawn by weight with
-    the sampler's random draws, each rank taking its share of the epoch's length. Its
-    state is per rank and per shard, so it does not carry over to another world size:
-    a restarted job begins the epoch again."""
-
-    def __init__(self, world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> None:
-        self.world, self.rank, self.weights = world, rank, tuple(weights)
-
-    def __iter__(self) -> Any:
-        import torchdata.nodes as nodes
-
-        shards = {}
-        for d, size in enumerate(SIZES):
-            generator = torch.Generator().manual_seed(SEED * 1_000_003 + d)
-            order = (torch.randperm(size, generator=generator) + int(OFFSETS[d])).tolist()
-            shards[str(d)] = nodes.IterableWrapper(order[self.rank :: self.world])
-        node = nodes.MultiNodeWeightedSampler(
-            shards,
-            {str(d): float(w) for d, w in enumerate(self.weights)},
-            rank=self.rank,
-            world_size=self.world,
-            seed=SEED,
-        )
-        count = len(range(self.rank, LENGTH, self.world))
-        return itertools.islice(nodes.Loader(node), count)
-
-
-class HuggingFace:
-    """Hugging Face ``datasets`` (the ``peers`` extra): the sources as in-memory
-    ``Dataset`` s of one ``index`` column (or their ``to_iterable_dataset`` in ``SHARDS``
-    shards), mixed by ``interleave_datasets`` with the weights as ``probabilities`` and
-    the seed, split over ranks by ``split_dataset_by_node`` after the mix (or, as in
-    datasets#7868, each source split before it). Each rank reads its split in order and
-    takes its share of the epoch's length (all of its split when that is shorter).
-
-    It has no way to change the probabilities or the world size of a mix; what a user
-    does stands in for both. The state is what a training loop keeps: the steps and
-    samples done, and for an ``IterableDataset`` its ``state_dict()``. A resume, or a
-    reweight (the mix rebuilt with the new probabilities), loads that ``state_dict()``
-    into the new dataset; a ``Dataset`` has none, so its loader skips the steps done
-    (as the Trainer's ``skip_first_batches`` does), on whatever world size.
-    """
-
-    def __init__(
-        self,
-        world: int,
-        rank: int,
-        weights: Sequence[int] = WEIGHTS,
-        *,
-        streaming: bool = False,
-        split_first: bool = False,
-        stopping_strategy: str = "all_exhausted",
-    ) -> None:
-        self.world, self.rank, self.weights = world, rank, tuple(weights)
-        self.streaming, self.split_first, self.stopping = streaming, split_first, stopping_strategy
-        self.start = self.skip = self.taken = 0
-        self.saved: dict[str, Any] | None = None
-        self.dataset: Any = None
-
-    def _build(self) -> Any:
-        from datasets.distributed import split_dataset_by_node
-
-        sources = list(_hf_sources(self.streaming))
-        if self.split_first:
-            sources = [split_dataset_by_node(s, self.rank, self.world) for s in sources]
-            return _hf_mix(sources, self.weights, self.stopping)
-        if self.streaming:
-            mixed = _hf_mix(sources, self.weights, self.stopping)
-        else:
-            mixed = _hf_dataset_mix(self.weights, self.stopping)
-        return split_dataset_by_node(mixed, self.rank, self.world)
-
-    def __iter__(self) -> Any:
-        self.dataset, self.taken = self._build(), 0
-        if self.saved is not None:
-            self.dataset.load_state_dict(self.saved)
-        rows = itertools.islice(self.dataset, self.skip, None)
-        return self._counted(
-            itertools.islice(rows, len(range(self.start + self.rank, LENGTH, self.world)))
-        )
-
-    def _counted(self, rows: Any) -> Any:
-        for row in rows:
-            self.taken += 1
-            yield int(row["index"])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.skip + self.taken,
-            "samples": self.start + self.taken * self.world,
-            "dataset": self.dataset.state_dict() if self.streaming else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.start, self.saved = state["samples"], state["dataset"]
-        self.skip = 0 if self.streaming else state["steps"]
-
-    def set_weights(self, weights: Sequence[int]) -> None:
-        """What a user does: the mix rebuilt with the new probabilities, from the state."""
-        state = self.state_dict()
-        self.weights = tuple(weights)
-        self.load_state_dict(state)
-
-
-def _hf_mix(sources: list[Any], weights: Sequence[int], stopping: str) -> Any:
-    from datasets import interleave_datasets
-
-    return interleave_datasets(
-        sources,
-        probabilities=[w / sum(weights) for w in weights],
-        seed=SEED,
-        stopping_strategy=stopping,  # type: ignore[arg-type]
-    )
-
-
-@functools.cache
-def _hf_dataset_mix(weights: tuple[int, ...], stopping: str) -> Any:
-    """A ``Dataset`` s' mix, built once for all ranks (a ``Dataset`` is not changed by
-    splitting or reading it)."""
-    return _hf_mix(list(_hf_sources(False)), weights, stopping)
-
-
-@functools.cache
-def _hf_sources(streaming: bool) -> tuple[Any, ...]:
-    """The sources, built once per process: splitting, mixing and reading them make or
-    iterate new datasets and leave these as they are."""
-    from datasets import Dataset
-
-    sources = [
-        Dataset.from_dict({"index": list(range(int(offset), int(offset) + size))})
-        for offset, size in zip(OFFSETS, SIZES, strict=True)
-    ]
-    if streaming:
-        return tuple(s.to_iterable_dataset(num_shards=SHARDS) for s in sources)
-    return tuple(sources)
-
-
-BUILDERS: dict[str, Callable[..., Any]] = {
-    OURS: ours,
-    MEGATRON: Megatron,
-    TORCHDATA: Torchdata,
-    HF_MAP: functools.partial(HuggingFace, stopping_strategy="first_exhausted"),
-    HF_MAP_ALL: HuggingFace,
-    HF_MAP_ONCE: functools.partial(
-        HuggingFace, stopping_strategy="all_exhausted_without_replacement"
-    ),
-    HF_STREAM: functools.partial(HuggingFace, streaming=True),
-    HF_SPLIT_FIRST: functools.partial(HuggingFace, streaming=True, split_first=True),
-    WEIGHTED: weighted,
-    STOCK: stock,
-}
 
 
 def _take(iterator: Any, count: int) -> list[int]:
@@ -333,14 +86,16 @@ def _take(iterator: Any, count: int) -> list[int]:
 def measure(name: str, world: int) -> dict[str, Any]:
     """One row: the epoch's deviation and repeats, a resume on the other world size and a
     reweight, all after ``STEPS_BEFORE`` steps."""
-    build = BUILDERS[name]
+    build = ways.BUILDERS[name]
     epoch = _stream([list(build(world, r)) for r in range(world)])
     row: dict[str, Any] = {
         "sampler": name,
         "ranks": world,
         "samples in the epoch": len(epoch),
-        "largest deviation over all prefixes (samples)": largest_deviation(epoch, WEIGHTS),
-        "largest deviation within a step (samples)": largest_step_deviation(epoch, WEIGHTS, world),
+        "largest deviation over all prefixes (samples)": largest_deviation(epoch, ways.WEIGHTS),
+        "largest deviation within a step (samples)": largest_step_deviation(
+            epoch, ways.WEIGHTS, world
+        ),
         "repeats within a pass": repeats_within_passes(epoch),
     }
     # Resume on the other world size.
@@ -348,7 +103,7 @@ def measure(name: str, world: int) -> dict[str, Any]:
     ranks = [build(world, r) for r in range(world)]
     iterators = [iter(s) for s in ranks]
     head = _stream([_take(it, STEPS_BEFORE) for it in iterators])
-    if isinstance(ranks[0], Megatron):
+    if isinstance(ranks[0], ways.Megatron):
         state: Any = ranks[0].state_dict(STEPS_BEFORE)
     elif hasattr(ranks[0], "state_dict"):
         state = ranks[0].state_dict()
@@ -366,7 +121,7 @@ def measure(name: str, world: int) -> dict[str, Any]:
     ranks = [build(world, r) for r in range(world)]
     iterators = [iter(s) for s in ranks]
     head = _stream([_take(it, STEPS_BEFORE) for it in iterators])
-    if isinstance(ranks[0], Megatron):
+    if isinstance(ranks[0], ways.Megatron):
         for sampler in ranks:
             sampler.set_weights(NEW_WEIGHTS, STEPS_BEFORE * world)
     elif hasattr(ranks[0], "set_weights"):
@@ -387,7 +142,7 @@ def table() -> pd.DataFrame:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # set_weights during an iteration says what it does
-        rows = [measure(name, world) for name in BUILDERS for world in WORLD_SIZES]
+        rows = [measure(name, world) for name in ways.BUILDERS for world in WORLD_SIZES]
     return pd.DataFrame(rows)
 
 
@@ -412,9 +167,9 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
     """What the table says of ``datasets``' mixes, each number read from it."""
     import datasets
 
-    short, whole = _rows(frame, HF_MAP), _rows(frame, HF_MAP_ALL)
-    stream, first = _rows(frame, HF_STREAM), _rows(frame, HF_SPLIT_FIRST)
-    once = _rows(frame, HF_MAP_ONCE)
+    short, whole = _rows(frame, ways.HF_MAP), _rows(frame, ways.HF_MAP_ALL)
+    stream, first = _rows(frame, ways.HF_STREAM), _rows(frame, ways.HF_SPLIT_FIRST)
+    once = _rows(frame, ways.HF_MAP_ONCE)
     step = "largest deviation within a step (samples)"
     measures = [c for c in frame.columns if c != "sampler"]
     same = stream[measures].reset_index(drop=True).equals(first[measures].reset_index(drop=True))
@@ -429,7 +184,7 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
         "Dataset skips the steps done on each rank (as the Trainer does), and a reweight "
         "rebuilds the mix with the new probabilities from that state. With the default "
         "stopping_strategy ('first_exhausted') the mix ends when a source runs out: "
-        f"{joined(sorted(set(short['samples in the epoch'])))} samples of the {LENGTH} "
+        f"{joined(sorted(set(short['samples in the epoch'])))} samples of the {ways.LENGTH} "
         "an epoch should hold. With 'all_exhausted', split_dataset_by_node gives each rank a "
         "contiguous chunk of a Dataset's mix, which repeats "
         f"{up_to(whole['repeats within a pass'])} samples within a pass. With "
@@ -438,10 +193,10 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
         "weights as its sources run out: up to "
         f"{once['largest deviation over all prefixes (samples)'].max():.1f} samples off at a "
         "prefix. A streamed mix of "
-        f"sources in {SHARDS} shards each gives each rank whole shards, every rank drawing "
+        f"sources in {ways.SHARDS} shards each gives each rank whole shards, every rank drawing "
         "sources with the same seed, and one step's items are up to "
         f"{stream[step].max():.1f} samples off the step's target "
-        f"(ours: up to {_rows(frame, OURS)[step].max():.1f}). Splitting each source before "
+        f"(ours: up to {_rows(frame, ways.OURS)[step].max():.1f}). Splitting each source before "
         "the mix (the order of datasets#7868) gives "
         + ("the same rows as splitting the mix" if same else "other rows than splitting the mix")
         + ". On resume on another world size its mixes lose "
@@ -461,7 +216,7 @@ def build() -> Evidence:
     deviation = "largest deviation over all prefixes (samples)"
     prefix_ok = sorted(set(frame.loc[frame[deviation] < 1, "sampler"]))
     worst = frame.loc[frame[deviation].idxmax()]
-    megatron = frame[frame["sampler"] == MEGATRON]
+    megatron = frame[frame["sampler"] == ways.MEGATRON]
     claim = (
         "Every prefix within 1 sample of the target, no repeat within a pass, a resume on "
         "another world size without loss or repeat, and a reweight mid-run without repeats "
@@ -469,8 +224,8 @@ def build() -> Evidence:
         f"{': ' + joined(holding) if holding else ''}."
     )
     prose = (
-        f"Sources of sizes {joined(SIZES)} with weights {joined(WEIGHTS)}, an epoch of "
-        f"{LENGTH} samples (their sum), seed {SEED}, on {joined(WORLD_SIZES)} ranks. The "
+        f"Sources of sizes {joined(ways.SIZES)} with weights {joined(ways.WEIGHTS)}, an epoch of "
+        f"{ways.LENGTH} samples (their sum), seed {ways.SEED}, on {joined(WORLD_SIZES)} ranks. The "
         "stream is the ranks' items step by step; a source's draws are cut into passes of "
         f"its size. The state is saved after {STEPS_BEFORE} steps and loaded into the "
         f"other world size; the weights change to {joined(NEW_WEIGHTS)} after "
@@ -485,7 +240,7 @@ def build() -> Evidence:
         f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). "
         + _hugging_face_prose(frame)
         + "\n\n"
-        + mixture.ways_prose(recorded, OURS)
+        + mixture.ways_prose(recorded, ways.OURS)
         + " The Megatron-style blend's time is that of its reimplementation here, in "
         "Python; Megatron builds its blend in C++."
     )
