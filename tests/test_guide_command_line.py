@@ -26,3 +26,12 @@ def test_each_python_block_runs(block: str, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     if "--summary" in block:
         assert "[memory-beyond-any-machine]" in out and "No problems found" not in out
+
+
+def test_the_page_counts_the_guarantee_matrix_as_the_study_builds_it() -> None:
+    from samplers.testing.registry import GUARANTEES
+    from studies.peers import COLUMNS
+
+    said = re.search(r"searches (\d+) guarantees on\s+each of its (\d+) samplers", PAGE.read_text())
+    assert said, "the page no longer says how many guarantees and samplers the matrix has"
+    assert (int(said[1]), int(said[2])) == (len(GUARANTEES), len(COLUMNS))

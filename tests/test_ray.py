@@ -31,7 +31,7 @@ import ray  # noqa: E402
 import ray.train  # noqa: E402
 import ray.train.torch  # noqa: E402
 
-from studies.distributed import ray_runs  # noqa: E402
+from studies.distributed import ray_resized, ray_runs  # noqa: E402
 from studies.findings import engines  # noqa: E402
 
 # Ray Data's configuration warns of its own deprecated options when Ray Train imports it.
@@ -219,8 +219,8 @@ def test_a_restart_on_fewer_workers_sees_every_sample_exactly_once(
     observed: engines.Observed,
 ) -> None:
     table = engines.resized_table(observed.resized)
-    assert list(table[engines.EPOCH]) == list(range(ray_runs.RESIZED_EPOCHS))
-    first, second = ray_runs.RESIZED_WORKERS
+    assert list(table[engines.EPOCH]) == list(range(ray_resized.RESIZED_EPOCHS))
+    first, second = ray_resized.RESIZED_WORKERS
     assert list(table[engines.WORLD]) == [str(first), f"{first} then {second}", str(second)]
     assert (table[engines.EPOCH_NEVER] == 0).all()
     assert (table[engines.EPOCH_REPEATED] == 0).all()
@@ -262,10 +262,10 @@ def test_elastic_training_that_loses_a_node_sees_every_sample_exactly_once(
     out, storage = tmp_path / "out", tmp_path / "storage"
     out.mkdir()
     storage.mkdir()
-    result = ray_runs.elastic(out=str(out), storage=str(storage))
+    result = ray_resized.elastic(out=str(out), storage=str(storage))
     assert result.error is None
-    table = engines.resized_table(ray_runs.resized_seen(str(out)))
-    first, second = ray_runs.RESIZED_WORKERS
+    table = engines.resized_table(ray_resized.resized_seen(str(out)))
+    first, second = ray_resized.RESIZED_WORKERS
     assert list(table[engines.WORLD]) == [str(first), f"{first} then {second}", str(second)]
     assert (table[engines.EPOCH_NEVER] == 0).all()
     assert (table[engines.EPOCH_REPEATED] == 0).all()

@@ -76,7 +76,7 @@ WINDOW_BATCHES = 64
 MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks of about this many samples.
 CHUNK_SAMPLES = 1 << 16
-#: Chunks kept planned (their indices): the one being read and the one before.
+#: Chunks kept planned (their indices): this many, the most recently used (:meth:`TokenOrder.span`).
 CACHED_CHUNKS = 4
 
 

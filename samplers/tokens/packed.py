@@ -57,7 +57,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
     windows, :class:`~samplers.tokens.layout.TokenLayout`), shared, not copied.
 
     Packing efficiency (real tokens over ``rows x max_length``) is measured in
-    reports/token-batches.md.
+    reports/token-costs.md.
 
     Example::
 

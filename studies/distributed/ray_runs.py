@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -45,6 +44,7 @@ from samplers import (
 __all__ = [
     "BATCH_SIZE",
     "CASES",
+    "CHECKPOINT_SETTLE",
     "CHECKPOINT_STEP",
     "DATASET_SIZE",
     "EPOCHS",
@@ -54,11 +54,11 @@ __all__ = [
     "Case",
     "Items",
     "Seen",
+    "await_checkpoint",
     "cluster",
-    "elastic",
+    "fit",
+    "importable_checkout",
     "observe",
-    "resized",
-    "resized_seen",
 ]
 
 DATASET_SIZE = 43
@@ -73,6 +73,10 @@ MAX_TOKENS = 16
 #: CPUs of the local cluster, and each worker's share (workers fit with room to spare).
 CLUSTER_CPUS = 4
 WORKER_CPUS = 1.0
+#: Seconds a worker about to fail waits, at most, for Ray's controller to take the
+#: reported checkpoint in (it does when it next polls the workers; a failure before that
+#: loses the checkpoint).
+CHECKPOINT_SETTLE = 120.0
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,24 +130,36 @@ def cluster(cpus: int = CLUSTER_CPUS) -> Iterator[None]:
     """
     import ray
 
-    path = os.environ.get("PYTHONPATH", "")
+    with importable_checkout():
+        try:
+            ray.init(
+                num_cpus=cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+                configure_logging=False,
+            )
+            yield
+        finally:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def importable_checkout() -> Iterator[None]:
+    """For the block: this checkout first on ``PYTHONPATH`` (Ray's workers import it) and
+    Ray Train's v2 API on; both variables as they were afterwards."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "RAY_TRAIN_V2_ENABLED")}
+    path = saved["PYTHONPATH"] or ""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
     os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
     try:
-        ray.init(
-            num_cpus=cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-            configure_logging=False,
-        )
         yield
     finally:
-        ray.shutdown()
-        if path:
-            os.environ["PYTHONPATH"] = path
-        else:
-            os.environ.pop("PYTHONPATH", None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def fit(
@@ -228,7 +244,7 @@ def _cases_loop(config: dict[str, Any]) -> None:
         (Path(directory) / "notes.json").write_text(json.dumps(notes))
         saved = Checkpoint.from_directory(directory) if rank == 0 else None
         ray.train.report({"step": CHECKPOINT_STEP}, checkpoint=saved)
-    _await_checkpoint(config)
+    await_checkpoint(config)
     raise RuntimeError("a planned failure after the checkpoint (Ray restarts the workers)")
 
 
@@ -363,89 +379,7 @@ def _arguments(name: str, dataset: Items) -> dict[str, Any]:
     raise ValueError(f"name must be one of {sorted(SAMPLERS)}, got {name!r}")
 
 
-# A restart on fewer workers -------------------------------------------------------------
-
-#: Epochs of the run, the step of epoch 1 after which it checkpoints, and the step after
-#: which one worker dies; the workers of the first run and of the restarted one.
-RESIZED_EPOCHS = 3
-RESIZED_CHECKPOINT = (1, 1)
-RESIZED_KILL = (1, 2)
-RESIZED_WORKERS = (3, 2)
-#: Seconds a worker about to fail waits, at most, for Ray's controller to take the
-#: reported checkpoint in (it does when it next polls the workers; a failure before that
-#: loses the checkpoint).
-CHECKPOINT_SETTLE = 120.0
-
-
-def resized(*, storage: str, out: str) -> None:
-    """Train :data:`RESIZED_EPOCHS` epochs of ``DistributedSampler(tail="uneven")`` through
-    :mod:`samplers.integrations.ray` on ``RESIZED_WORKERS[0]`` workers; after step
-    :data:`RESIZED_CHECKPOINT` the workers report a checkpoint of the loader's state, and
-    after step :data:`RESIZED_KILL` the last worker kills its own process, which fails the
-    run. A second ``TorchTrainer`` of the same name and storage on ``RESIZED_WORKERS[1]``
-    workers gets that checkpoint from ``ray.train.get_checkpoint()`` and continues. Each
-    worker appends ``[world size, epoch, step, batch]`` lines to
-    ``out/<world size>-<rank>.jsonl`` (read them with :func:`resized_seen`)."""
-    from ray.train import WorkerGroupError
-
-    first, second = RESIZED_WORKERS
-    config = {"out": out, "storage": storage, "name": "resized"}
-    try:
-        fit(_resized_loop, config, workers=first, storage=storage, name="resized")
-    except WorkerGroupError:
-        pass  # the worker that died
-    else:
-        raise RuntimeError("the first run was to fail: its last worker kills itself")
-    fit(_resized_loop, config, workers=second, storage=storage, name="resized")
-
-
-def resized_seen(out: str) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
-    """``(world size, rank, epoch, step, batch)`` of every step every worker recorded."""
-    seen = []
-    for path in sorted(Path(out).glob("*.jsonl")):
-        rank = int(path.stem.split("-")[1])
-        for line in path.read_text().splitlines():
-            size, epoch, step, batch = json.loads(line)
-            seen.append((size, rank, epoch, step, tuple(batch)))
-    return seen
-
-
-def _resized_loop(config: dict[str, Any]) -> None:
-    import ray
-    import ray.train
-    import torch.distributed as dist
-    from ray.train import Checkpoint
-
-    import samplers.integrations.ray as ours
-
-    context = ray.train.get_context()
-    rank, size = context.get_world_rank(), context.get_world_size()
-    sampler = DistributedSampler(Items(), tail="uneven", **ours.placement())
-    loader = ours.prepare_data_loader(DataLoader(Items(), batch_size=BATCH_SIZE, sampler=sampler))
-    resumed = ours.load_state(loader)
-    path = Path(config["out"]) / f"{size}-{rank}.jsonl"
-    for epoch in range(loader.epoch, RESIZED_EPOCHS):
-        for step, batch in enumerate(loader):
-            with path.open("a") as file:
-                file.write(json.dumps([size, epoch, step, _indices(batch)]) + "\n")
-            dist.all_reduce(torch.zeros(1))  # a collective per step, as DDP's
-            if resumed:
-                continue
-            if (epoch, step) == RESIZED_CHECKPOINT:
-                with tempfile.TemporaryDirectory() as directory:
-                    ours.save_state(directory, loader)
-                    saved = Checkpoint.from_directory(directory) if rank == 0 else None
-                    ray.train.report({"epoch": epoch, "step": step}, checkpoint=saved)
-            if (epoch, step) == RESIZED_KILL and rank == size - 1:
-                _await_checkpoint(config)
-                if config.get("remove"):  # the driver removes this node, and this worker
-                    node = ray.get_runtime_context().get_node_id()
-                    (Path(config["out"]) / "remove-node").write_text(node)
-                    time.sleep(CHECKPOINT_SETTLE)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _await_checkpoint(config: dict[str, Any]) -> None:
+def await_checkpoint(config: dict[str, Any]) -> None:
     """Wait until Ray's controller has recorded a checkpoint of this run (in its snapshot)."""
     snapshot = Path(config["storage"]) / config["name"] / "checkpoint_manager_snapshot.json"
     deadline = time.monotonic() + CHECKPOINT_SETTLE
@@ -455,73 +389,3 @@ def _await_checkpoint(config: dict[str, Any]) -> None:
                 return
         time.sleep(0.2)
     raise TimeoutError(f"Ray recorded no checkpoint in {snapshot} in {CHECKPOINT_SETTLE:g} s")
-
-
-# Elastic training on a cluster that loses a node -------------------------------------------
-
-
-def elastic(*, out: str, storage: str, timeout: float = 600.0) -> Any:
-    """The run of :func:`resized`, elastic: one ``TorchTrainer`` with
-    ``ScalingConfig(num_workers=(RESIZED_WORKERS[1], RESIZED_WORKERS[0]))`` on a local
-    cluster of that many nodes of one CPU each (``ray.cluster_utils.Cluster``, a head
-    without CPUs). After step :data:`RESIZED_KILL` the last worker asks for its node to go,
-    and the node is removed with the worker on it; Ray restarts the group on the nodes
-    left, from the checkpoint. The cluster is shut down whatever happens; returns the
-    run's result (records as for :func:`resized`)."""
-    import threading
-
-    import ray
-    from ray.cluster_utils import Cluster
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    fewest, most = RESIZED_WORKERS[1], RESIZED_WORKERS[0]
-    config = {"out": out, "storage": storage, "name": "elastic", "remove": True}
-    signal_file = Path(out) / "remove-node"
-    done: dict[str, Any] = {}
-    path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-    )
-    try:
-        nodes = [cluster.add_node(num_cpus=1) for _ in range(most)]
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
-        trainer = TorchTrainer(
-            _resized_loop,
-            train_loop_config=config,
-            scaling_config=ScalingConfig(
-                num_workers=cast(Any, (fewest, most)), resources_per_worker={"CPU": 1}
-            ),
-            run_config=RunConfig(
-                name="elastic", storage_path=storage, failure_config=FailureConfig(max_failures=1)
-            ),
-        )
-
-        def run() -> None:
-            try:
-                done["result"] = trainer.fit()
-            except Exception as error:  # raised in the caller below
-                done["error"] = error
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + timeout
-        while thread.is_alive() and not signal_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if signal_file.exists():
-            node = signal_file.read_text()
-            cluster.remove_node(next(n for n in nodes if n.node_id == node))
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            raise TimeoutError(f"the elastic run did not finish in {timeout:g} s")
-        if "error" in done:
-            raise done["error"]
-        return done["result"]
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if path:
-            os.environ["PYTHONPATH"] = path
-        else:
-            os.environ.pop("PYTHONPATH", None)

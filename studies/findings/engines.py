@@ -8,16 +8,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from studies.distributed import ray_runs
+from studies.distributed import ray_resized, ray_runs
+from studies.distributed.ray_resized import RESIZED_CHECKPOINT, RESIZED_EPOCHS, RESIZED_WORKERS
 from studies.distributed.ray_runs import (
     BATCH_SIZE,
     CASES,
     CHECKPOINT_STEP,
     DATASET_SIZE,
     EPOCHS,
-    RESIZED_CHECKPOINT,
-    RESIZED_EPOCHS,
-    RESIZED_WORKERS,
     SAMPLERS,
     WORKERS,
     Seen,
@@ -77,8 +75,8 @@ def observe() -> Observed:
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as storage:
         cases = ray_runs.observe()
         with ray_runs.cluster(cpus=max(RESIZED_WORKERS)):
-            ray_runs.resized(storage=storage, out=out)
-        return Observed(cases, ray_runs.resized_seen(out))
+            ray_resized.resized(storage=storage, out=out)
+        return Observed(cases, ray_resized.resized_seen(out))
 
 
 def cases_table(cases: Mapping[str, Sequence[Seen]]) -> pd.DataFrame:
