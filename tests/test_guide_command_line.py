@@ -32,6 +32,8 @@ def test_the_page_counts_the_guarantee_matrix_as_the_study_builds_it() -> None:
     from samplers.testing.registry import GUARANTEES
     from studies.peers import COLUMNS
 
-    said = re.search(r"searches (\d+) guarantees on\s+each of its (\d+) samplers", PAGE.read_text())
+    said = re.search(
+        r"searches\s+(\d+)\s+guarantees\s+on\s+each\s+of\s+its\s+(\d+)\s+samplers", PAGE.read_text()
+    )
     assert said, "the page no longer says how many guarantees and samplers the matrix has"
     assert (int(said[1]), int(said[2])) == (len(GUARANTEES), len(COLUMNS))
