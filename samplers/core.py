@@ -38,6 +38,13 @@ __all__ = ["SamplerCore"]
 _OWN_REFERENCES = 3
 
 
+def _handed_out_all(iterator: Progress[Any]) -> bool:
+    """Whether ``iterator`` handed out its rank's whole share (as :meth:`SamplerCore.state_dict`
+    counts a finished epoch)."""
+    layout = iterator.plan.layout
+    return layout.position_after(iterator.taken) >= layout.stop
+
+
 class SamplerCore(ABC):
     """Base of :class:`~samplers.DistributedSampler`, :class:`~samplers.DistributedBatchSampler`
     and :class:`~samplers.DistributedSamplerWrapper` (see the module docstring)."""
@@ -135,8 +142,8 @@ class SamplerCore(ABC):
         """``iter()``: settle the epoch and its start (a loaded state's position, or 0),
         plan it and return this rank's iterator, kept for :meth:`state_dict`.
 
-        When the iteration it replaces was started, is not exhausted and is still held by
-        someone (a loop may still be iterating it), and no DataLoader called this
+        When the iteration it replaces was started, has items left to hand out and is still
+        held by someone (a loop may still be iterating it), and no DataLoader called this
         ``iter()``, the new one is marked ambiguous.
         """
         loader = loader_progress.find_loader()
@@ -173,7 +180,15 @@ class SamplerCore(ABC):
             iterator.loader = weakref.ref(loader)
         self._ambiguous = None
         # A DataLoader starting an iteration starts the loop's (it dropped its previous one).
-        if loader is None and previous is not None and previous.started and not previous.exhausted:
+        # One that handed out its whole share is over even before its StopIteration (a
+        # loop that took len(sampler) items and still holds the iterator).
+        if (
+            loader is None
+            and previous is not None
+            and previous.started
+            and not previous.exhausted
+            and not _handed_out_all(previous)
+        ):
             if previous.reader is not None:
                 gc.collect()  # a DataLoader iterator and ours refer to each other
             # Held by this sampler, the local name and getrefcount's argument only: nobody

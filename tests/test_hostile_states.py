@@ -1,6 +1,6 @@
-"""States no ``state_dict()`` writes are refused, naming the fields; the token sampler's
-state and settings carry a digest of its lengths, so the same lengths in another order
-(same count, same sum) are another dataset."""
+"""States no ``state_dict()`` writes are refused, naming the fields; the token and packed
+samplers' states and settings carry a digest of their lengths, so the same lengths in
+another order (same count, same sum) are another dataset."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 
 from samplers import (
     DistributedBatchSampler,
+    DistributedPackedBatchSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
@@ -54,22 +55,32 @@ def test_a_finished_state_short_of_the_end_is_refused(kind: str) -> None:
             BUILDERS[kind]().load_state_dict({**state, "position": position})
 
 
-def token(lengths: list[int]) -> DistributedTokenBatchSampler:
+def token(lengths: Any) -> DistributedTokenBatchSampler:
     return DistributedTokenBatchSampler(lengths, 12, 2, 0, seed=3)
 
 
-def test_the_same_lengths_in_another_order_are_refused() -> None:
+def packed(lengths: Any) -> DistributedPackedBatchSampler:
+    return DistributedPackedBatchSampler(lengths, 12, 2, num_replicas=2, rank=0, seed=3)
+
+
+#: The samplers whose order follows the lengths, built over the given lengths.
+BY_LENGTHS: dict[str, Any] = {"token": token, "packed": packed}
+
+
+@pytest.mark.parametrize("kind", BY_LENGTHS)
+def test_the_same_lengths_in_another_order_are_refused(kind: str) -> None:
+    build = BY_LENGTHS[kind]
     shuffled = LENGTHS[::-1]
     assert sorted(shuffled) == sorted(LENGTHS)
-    sampler = token(LENGTHS)
+    sampler = build(LENGTHS)
     iterator = iter(sampler)
     next(iterator)
     state = sampler.state_dict()
-    other = token(shuffled)
+    other = build(shuffled)
     assert other.length_sum == sampler.length_sum
     with pytest.raises(ValueError, match=r"state field 'length_digest' is '[0-9a-f]{32}', this"):
         other.load_state_dict(state)
-    token(list(LENGTHS)).load_state_dict(state)
+    build(list(LENGTHS)).load_state_dict(state)
 
 
 def test_check_consistent_compares_the_digest() -> None:
@@ -95,18 +106,20 @@ def test_the_digest_is_of_the_int64_little_endian_bytes_whatever_the_input_type(
     )
 
 
-def test_a_token_state_written_before_the_digest_still_loads_and_resumes() -> None:
-    """Version 2 token states written before ``length_digest`` existed load, checked on
-    the fields they have (documented in samplers.state: LATER_FIELDS)."""
-    sampler = token(LENGTHS)
+@pytest.mark.parametrize("kind", BY_LENGTHS)
+def test_a_state_written_before_the_digest_still_loads_and_resumes(kind: str) -> None:
+    """Version 2 token and packed states written before they held ``length_digest`` load,
+    checked on the fields they have (documented in samplers.state: LATER_FIELDS)."""
+    build = BY_LENGTHS[kind]
+    sampler = build(LENGTHS)
     iterator = iter(sampler)
     first = next(iterator)
     state = sampler.state_dict()
     older = {key: value for key, value in state.items() if key != "length_digest"}
-    resumed = token(LENGTHS)
+    resumed = build(LENGTHS)
     resumed.load_state_dict(older)
     rest = list(resumed)
-    whole = list(token(LENGTHS))
+    whole = list(build(LENGTHS))
     assert [first, *rest] == whole
     with pytest.raises(ValueError, match="'length_sum' is 1"):
-        token(LENGTHS).load_state_dict({**older, "length_sum": 1})
+        build(LENGTHS).load_state_dict({**older, "length_sum": 1})

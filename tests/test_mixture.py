@@ -453,7 +453,19 @@ def test_a_state_of_another_mixture_is_refused() -> None:
     (other_length,) = ranks(1, epoch_length=41)
     with pytest.raises(ValueError, match="state field 'dataset_length' is 40"):
         other_length.load_state_dict(state)
-    for broken in ([], [[0, [0, 0, 0]]], [[3, [1, 1, 1]]], [[0, [1, 1, 1]], [0, [1, 2, 1]]], "x"):
+    broken_schedules = (
+        [],
+        [[0, [0, 0, 0]]],
+        [[3, [1, 1, 1]]],
+        [[0, [1, 1, 1]], [0, [1, 2, 1]]],
+        "x",
+        # Parts state_dict() never writes: past the longest period, or not in lowest terms
+        # (a period of 10**12 would be allocated, 2**70 overflows a tensor).
+        [[0, [10**12, 1, 1]]],
+        [[0, [3, 2**70, 1]]],
+        [[0, [2, 2, 2]]],
+    )
+    for broken in broken_schedules:
         with pytest.raises(ValueError, match="state field 'schedule'"):
             sampler.load_state_dict({**state, "schedule": broken})
     missing = dict(state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import doctest
 import pickle
 from collections import Counter
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from samplers import (
     DistributedMixtureTokenBatchSampler,
     SamplerWarning,
 )
+from samplers.mixture.tokens import sample_parts
 
 SIZES = (1200, 300, 3000)
 OFFSETS = (0, 1200, 1500)
@@ -414,3 +416,41 @@ def test_the_settings_ranks_compare_hold_the_schedule_and_the_budget() -> None:
     settings = ranks(1)[0].settings()
     assert settings["sizes"] == list(SIZES) and settings["max_tokens"] == BUDGET
     assert settings["schedule"][0][0] == 0 and "length digest" in settings
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_token_weights_proportional_to_the_token_totals_give_every_sample_once(
+    world: int,
+) -> None:
+    """The docstring's promise, with token totals in the millions (far past 65536 parts):
+    the rates are computed from the exact weights, so they are the sizes' proportions and
+    an epoch of the default length is every sample exactly once."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = (42_606, 5_009)
+    lengths = torch.cat(
+        [
+            torch.randint(20, 100, (sizes[0],), generator=generator),
+            torch.randint(200, 560, (sizes[1],), generator=generator),
+        ]
+    )
+    totals = [int(lengths[: sizes[0]].sum()), int(lengths[sizes[0] :].sum())]
+    assert sum(totals) > 2**16
+    samplers = [
+        DistributedMixtureTokenBatchSampler(
+            [range(n) for n in sizes], totals, lengths, 4096, world, rank, tail="uneven"
+        )
+        for rank in range(world)
+    ]
+    assert samplers[0].proportions == (
+        Fraction(sizes[0], sum(sizes)),
+        Fraction(sizes[1], sum(sizes)),
+    )
+    taken = Counter(i for sampler in samplers for batch in sampler for i in batch)
+    assert sorted(taken) == list(range(sum(sizes)))
+    assert set(taken.values()) == {1}
+    assert sample_parts(totals, sizes, tuple(totals)) == sizes
+
+
+def test_tail_none_is_refused_as_by_the_token_sampler() -> None:
+    with pytest.raises(ValueError, match="tail must be one of 'pad', 'drop', 'uneven', got None"):
+        ranks(1, tail=None)

@@ -15,6 +15,10 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from samplers import (
     DistributedBatchSampler,
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
+    DistributedPackedBatchSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
@@ -90,6 +94,51 @@ def test_a_loop_left_with_break_does_not_make_the_next_iteration_ambiguous() -> 
     loop = iter(sampler)
     list(islice(loop, 7))
     assert sampler.state_dict()["position"] == 14
+
+
+def _every_kind(kind: str, **options: Any) -> Any:
+    """``make``'s samplers, and the mixture and packed samplers, rank 0 of 2."""
+    if kind in KINDS:
+        return make(kind, **options)
+    lengths = [1 + index % 6 for index in range(40)]
+    sources = [range(25), range(15)]
+    if kind == "mixture":
+        return DistributedMixtureSampler(sources, [2, 1], 2, 0, seed=3, **options)
+    if kind == "mixture batch":
+        return DistributedMixtureBatchSampler(sources, [2, 1], 3, 2, 0, seed=3, **options)
+    if kind == "mixture tokens":
+        return DistributedMixtureTokenBatchSampler(
+            sources, [2, 1], lengths, 12, 2, 0, seed=3, **options
+        )
+    return DistributedPackedBatchSampler(lengths, 8, 2, num_replicas=2, rank=0, seed=3, **options)
+
+
+EVERY_KIND = (*KINDS, "mixture", "mixture batch", "mixture tokens", "packed")
+
+
+@pytest.mark.parametrize("auto_epoch", [False, True])
+@pytest.mark.parametrize("kind", EVERY_KIND)
+def test_a_loop_that_took_its_whole_share_leaves_the_next_iteration_unambiguous(
+    kind: str, auto_epoch: bool
+) -> None:
+    """The loop takes len(sampler) items with next() (no StopIteration) and still holds
+    its iterator when the next epoch's iter() begins: nothing is left to iterate, so the
+    new iteration's state is its own."""
+    sampler = _every_kind(kind, auto_epoch=auto_epoch)
+    loop = iter(sampler)
+    for _ in range(len(sampler)):
+        next(loop)
+    assert sampler.state_dict()["finished"]
+    if not auto_epoch:
+        sampler.set_epoch(1)
+    loop = iter(sampler)
+    next(loop)
+    state = sampler.state_dict()
+    assert (state["epoch"], state["finished"]) == (1, False)
+    rest = list(loop)
+    resumed = _every_kind(kind, auto_epoch=auto_epoch)
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest
 
 
 def test_a_dataloader_starting_an_iteration_starts_the_loop_s() -> None:

@@ -9,6 +9,7 @@ epochs, iteration, checkpoints and agreement are the sampler core's
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from fractions import Fraction
@@ -21,7 +22,7 @@ from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator, Progress, ShareIterator
 from samplers.mixture.checks import checked_datasets, checked_weights, epoch_length
 from samplers.mixture.order import MixtureOrder
-from samplers.mixture.schedule import Schedule, parts
+from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts
 from samplers.options import Tail
 from samplers.plan import Batched, EpochPlan, Layout, ShardSizes, Strided
 
@@ -212,7 +213,8 @@ class _Mixture(SamplerCore):
         count = len(self.sizes)
         shape = (
             f"state field {SCHEDULE_FIELD!r} must be a list of [position, parts] with "
-            f"{count} non-negative integer parts, not all 0, positions rising from 0"
+            f"{count} non-negative integer parts, not all 0, in lowest terms and summing to "
+            f"at most {MAX_PERIOD} (as state_dict() writes them), positions rising from 0"
         )
         if not isinstance(value, list) or not value:
             raise ValueError(f"{shape}; got {value!r}")
@@ -225,7 +227,8 @@ class _Mixture(SamplerCore):
                 and isinstance(entry[1], (list, tuple))
                 and len(entry[1]) == count
                 and all(_is_int(a) and a >= 0 for a in entry[1])
-                and any(entry[1])
+                and 0 < sum(int(a) for a in entry[1]) <= MAX_PERIOD
+                and math.gcd(*(int(a) for a in entry[1])) == 1
             )
             if not ok:
                 raise ValueError(f"{shape}; got the entry {entry!r}")

@@ -48,7 +48,16 @@ from fractions import Fraction
 
 import torch
 
-__all__ = ["CHECKPOINT", "FIRST_STEPS", "MAX_PERIOD", "Period", "Schedule", "parts", "period"]
+__all__ = [
+    "CHECKPOINT",
+    "FIRST_STEPS",
+    "MAX_PERIOD",
+    "Period",
+    "Schedule",
+    "fraction",
+    "parts",
+    "period",
+]
 
 #: The longest period kept: proportions with a larger common denominator are rounded to
 #: multiples of ``1 / MAX_PERIOD`` (a positive weight never to 0).
@@ -68,7 +77,9 @@ _FLOAT_TOLERANCE = 1e-12
 _SIMPLE_DENOMINATOR = 10**6
 
 
-def _fraction(value: float | int | Fraction) -> Fraction:
+def fraction(value: float | int | Fraction) -> Fraction:
+    """``value`` as the fraction it stands for (a float within 1e-12 of a fraction with a
+    denominator up to 10**6 is that fraction: ``0.6`` is ``3/5``)."""
     if isinstance(value, (int, Fraction)):
         return Fraction(value)
     exact = Fraction(value)
@@ -83,7 +94,7 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     non-negative, not all zero): the weights' exact proportions in lowest terms, or,
     when their common denominator exceeds :data:`MAX_PERIOD`, those proportions rounded
     to ``MAX_PERIOD`` parts (largest remainder; a positive weight keeps at least 1)."""
-    fractions = [_fraction(w) for w in weights]
+    fractions = [fraction(w) for w in weights]
     # Integer arithmetic over one common denominator: share d is numerators[d] / total.
     denominator = math.lcm(*(f.denominator for f in fractions))
     numerators = [f.numerator * (denominator // f.denominator) for f in fractions]

@@ -11,16 +11,17 @@ checks are the mixture samplers'.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
 from samplers.mixture.sampler import _Mixture
-from samplers.mixture.schedule import parts
-from samplers.options import Tail
+from samplers.mixture.schedule import fraction, parts
+from samplers.options import TAILS, Tail
 from samplers.plan import EpochPlan
-from samplers.tokens.checks import checked_lengths, warn_over_budget
+from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
 from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
@@ -29,17 +30,20 @@ __all__ = ["DistributedMixtureTokenBatchSampler", "sample_parts"]
 
 
 def sample_parts(
-    token_parts: tuple[int, ...], sizes: tuple[int, ...], tokens: tuple[int, ...]
+    weights: Sequence[float | int | Fraction], sizes: tuple[int, ...], tokens: tuple[int, ...]
 ) -> tuple[int, ...]:
-    """The schedule's parts per sample for ``token_parts`` (integer parts of the weights
-    in tokens): source ``d`` drawn at the rate ``token_parts[d] / mean_d``, its mean
-    length ``tokens[d] / sizes[d]``, exactly (as fractions), then reduced by
-    :func:`~samplers.mixture.schedule.parts` (rounded to multiples of 1/65536 of the
-    draws when the common denominator is larger). A source with weight but no tokens
-    has no rate: the caller refuses it."""
+    """The schedule's parts per sample for checked token ``weights``: source ``d`` drawn at
+    the rate ``w_d / mean_d``, its mean length ``tokens[d] / sizes[d]``, exactly (as
+    fractions, floats read as :func:`~samplers.mixture.schedule.parts` reads them), then
+    reduced by :func:`~samplers.mixture.schedule.parts`, which rounds only the rates
+    (to multiples of 1/65536 of the draws when their common denominator is larger). A
+    source with weight but no tokens has no rate: the caller refuses it.
+
+    The weights are not rounded on their own first: token weights proportional to the
+    token totals give rates proportional to the sizes, exactly, whatever the totals."""
     rates = [
-        Fraction(a * n, t) if a else Fraction(0)
-        for a, n, t in zip(token_parts, sizes, tokens, strict=True)
+        fraction(w) * n / t if w else Fraction(0)
+        for w, n, t in zip(weights, sizes, tokens, strict=True)
     ]
     return parts(rates)
 
@@ -142,6 +146,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
     ) -> None:
         self.lengths = checked_lengths(lengths)
         self.max_tokens = checks.positive("max_tokens", max_tokens)
+        tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]  # the token sampler's tails
         _, sizes = checked_datasets(datasets)
         if self.lengths.numel() != sum(sizes):
             raise ValueError(
@@ -194,7 +199,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
                     "a source without tokens cannot be given a share of the tokens (give it "
                     "weight 0)"
                 )
-        return sample_parts(parts(weights), self.sizes, self.source_tokens)
+        return sample_parts(weights, self.sizes, self.source_tokens)
 
     def set_weights(self, weights: Any) -> None:
         """Share the **tokens** in proportion to ``weights`` from the next window boundary

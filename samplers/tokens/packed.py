@@ -185,6 +185,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
     def _order_fields(self) -> dict[str, int | str]:
         return {
             "length_sum": self.length_sum,
+            "length_digest": self.length_digest,
             "max_length": self.max_length,
             "rows_per_batch": self.rows_per_batch,
             "cost": as_cost(self.cost).label,
