@@ -143,8 +143,9 @@ class SamplerCore(ABC):
         plan it and return this rank's iterator, kept for :meth:`state_dict`.
 
         When the iteration it replaces was started, has items left to hand out and is still
-        held by someone (a loop may still be iterating it), and no DataLoader called this
-        ``iter()``, the new one is marked ambiguous.
+        held by someone (a loop may still be iterating it), no ``set_epoch`` moved to another
+        epoch since, and no DataLoader called this ``iter()``, the new one is marked
+        ambiguous.
         """
         loader = loader_progress.find_loader()
         previous, undo = self._iterator, self._undo
@@ -181,13 +182,15 @@ class SamplerCore(ABC):
         self._ambiguous = None
         # A DataLoader starting an iteration starts the loop's (it dropped its previous one).
         # One that handed out its whole share is over even before its StopIteration (a
-        # loop that took len(sampler) items and still holds the iterator).
+        # loop that took len(sampler) items and still holds the iterator), and so is one
+        # whose epoch set_epoch() left for another before this iter().
         if (
             loader is None
             and previous is not None
             and previous.started
             and not previous.exhausted
             and not _handed_out_all(previous)
+            and not (book_before.epoch_set and epoch != previous.plan.epoch)
         ):
             if previous.reader is not None:
                 gc.collect()  # a DataLoader iterator and ours refer to each other
@@ -248,6 +251,10 @@ class SamplerCore(ABC):
         Taken once the epoch's last step is done, it says the epoch is finished. It may be
         called from another thread while the loop iterates (a checkpoint or monitoring
         thread): the position is then one the loop's iterator reached during the call.
+        One exception to "the same on every rank": with ``tail="uneven"`` through a
+        DataLoader, a rank whose share is shorter says the epoch is finished from the step
+        where it receives its last batch (it cannot tell that step from the end of its
+        loop), while longer shares still have a step to take; rank 0's state is right then.
 
         A state is one iteration's position. When ``iter()`` is called (not by a
         DataLoader) while an earlier iteration is still held and not finished, e.g. a

@@ -134,9 +134,10 @@ _F_MULTIPLIERS = (0x59950A6B, 0x6CE9DB8F)
 _PYTHON_TAIL = 32
 
 #: Tensors are evaluated in blocks of this many elements: below torch's threshold for
-#: intra-op parallelism (32768 elements), where each of the ~120 elementwise operations
-#: would open a parallel region (on two busy cores that made a 65536-position chunk 50
-#: times slower), and small enough that a block's temporaries stay in cache.
+#: intra-op parallelism (32768 elements), where each of the network's elementwise
+#: operations (thirteen a round computing ``F``, two reading it from tables) would open a
+#: parallel region (on two busy cores that made a 65536-position chunk 50 times slower),
+#: and small enough that a block's temporaries stay in cache.
 _BLOCK = (1 << 15) - 1
 #: Halves at most this wide evaluate ``F`` from per-round tables (see ``_network``).
 _TABLE_BITS = 16

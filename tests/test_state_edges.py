@@ -141,6 +141,32 @@ def test_a_loop_that_took_its_whole_share_leaves_the_next_iteration_unambiguous(
     assert list(resumed) == rest
 
 
+@pytest.mark.parametrize("kind", EVERY_KIND)
+def test_set_epoch_to_another_epoch_leaves_the_abandoned_iteration_behind(kind: str) -> None:
+    """A loop left mid-epoch for the next epoch (set_epoch, then iter() while the name
+    still holds the old iterator): the new iteration's state is its own. The same epoch
+    set again is still two iterations of one epoch, refused."""
+    sampler = _every_kind(kind)
+    loop = iter(sampler)
+    next(loop)
+    sampler.set_epoch(1)
+    loop = iter(sampler)
+    next(loop)
+    state = sampler.state_dict()
+    assert (state["epoch"], state["finished"]) == (1, False)
+    resumed = _every_kind(kind)
+    resumed.load_state_dict(state)
+    assert list(resumed) == list(loop)
+    again = _every_kind(kind)
+    held = iter(again)
+    next(held)
+    again.set_epoch(0)
+    peek = iter(again)
+    next(peek)
+    with pytest.raises(ValueError, match="ambiguous"):
+        again.state_dict()
+
+
 def test_a_dataloader_starting_an_iteration_starts_the_loop_s() -> None:
     sampler = DistributedSampler(range(100), 2, 0, shuffle=False)
     held = iter(sampler)
@@ -254,3 +280,20 @@ def test_auto_epoch_written_as_an_attribute_takes_effect(kind: str, value: Any) 
     first, second = list(sampler), list(sampler)
     assert sampler.epoch == 1
     assert first != second
+
+
+def test_uneven_through_a_dataloader_rank_0_s_state_is_right_at_a_shorter_rank_s_last_step() -> (
+    None
+):
+    """The documented exception (resume guide, state_dict): at the step where a shorter
+    share's DataLoader yields its last batch, that rank says finished; rank 0 (the longest
+    share) says where the epoch stands, and resuming from it loses nothing."""
+    ranks = [DistributedSampler(range(3), 2, rank, shuffle=False, tail="uneven") for rank in (0, 1)]
+    loops = [iter(DataLoader(range(3), batch_size=1, sampler=sampler)) for sampler in ranks]
+    first = [next(loop).tolist() for loop in loops]
+    assert first == [[0], [1]]
+    states = [sampler.state_dict() for sampler in ranks]
+    assert [(s["position"], s["finished"]) for s in states] == [(2, False), (3, True)]
+    resumed = DistributedSampler(range(3), 1, 0, shuffle=False, tail="uneven")
+    resumed.load_state_dict(states[0])
+    assert list(resumed) == [2]
