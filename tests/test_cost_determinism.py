@@ -1,6 +1,7 @@
-"""The cost finding's numbers are the same on every run: fresh interpreters without
-address-space randomisation (Linux), and the median of several, so one odd process
-cannot move a number."""
+"""The cost finding's numbers are the same on every run: fresh interpreters (each with
+its own hash seed) without address-space randomisation (Linux), CPython's type cache
+emptied before tracing, and the median of several, so one odd process cannot move a
+number."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ def test_one_odd_process_cannot_move_a_number(monkeypatch: pytest.MonkeyPatch) -
     usual = [{"dataset size": 300, "implementation": "samplers", "heap peak to first index": 5523}]
     odd = [{"dataset size": 300, "implementation": "samplers", "heap peak to first index": 5456}]
     runs = iter([usual, odd, usual])
-    monkeypatch.setattr(cost, "_fresh_rows", lambda sizes: next(runs))
+    seeds: list[int] = []
+    monkeypatch.setattr(cost, "_fresh_rows", lambda sizes, seed: seeds.append(seed) or next(runs))
     assert cost.measure_in_fresh_process(SIZES, processes=3) == usual
+    assert seeds == [0, 1, 2]  # each process its own hash seed
 
 
 def test_every_number_is_the_median_of_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +30,7 @@ def test_every_number_is_the_median_of_its_processes(monkeypatch: pytest.MonkeyP
         return [{"dataset size": 10, "implementation": "torch", "heap held at first index": value}]
 
     runs = iter([row(7), row(3), row(5)])
-    monkeypatch.setattr(cost, "_fresh_rows", lambda sizes: next(runs))
+    monkeypatch.setattr(cost, "_fresh_rows", lambda sizes, seed: next(runs))
     assert cost.measure_in_fresh_process(SIZES, processes=3)[0]["heap held at first index"] == 5
     assert cost.PROCESSES >= 3
 
@@ -43,7 +46,10 @@ def test_the_fresh_interpreters_run_without_address_randomisation() -> None:
 
 @pytest.mark.timeout(600)
 def test_repeated_measurements_of_the_small_sizes_are_identical() -> None:
-    """Bounded: 2 measurements of the sizes where a process once measured 67 bytes
-    apart; a longer check repeats :func:`cost.measure_in_fresh_process` many times."""
-    first = cost.measure_in_fresh_process(SIZES, processes=1)
-    assert cost.measure_in_fresh_process(SIZES, processes=1) == first
+    """Bounded: fresh interpreters with 4 hash seeds at the sizes where ours' heap held at
+    the first index once moved by 67 bytes with the seed (and the checkout's path)."""
+    first, *others = (cost._fresh_rows((10, *SIZES), seed) for seed in range(4))
+    assert [row["dataset size"] for row in first] == [10, 10, 100, 100, 300, 300]
+    assert all(row["heap held at first index"] > 0 for row in first)
+    for rows in others:
+        assert rows == first
