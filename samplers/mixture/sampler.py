@@ -9,7 +9,6 @@ epochs, iteration, checkpoints and agreement are the sampler core's
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator
 from fractions import Fraction
@@ -227,8 +226,8 @@ class _Mixture(SamplerCore):
                 and isinstance(entry[1], (list, tuple))
                 and len(entry[1]) == count
                 and all(_is_int(a) and a >= 0 for a in entry[1])
-                and 0 < sum(int(a) for a in entry[1]) <= MAX_PERIOD
-                and math.gcd(*(int(a) for a in entry[1])) == 1
+                and any(entry[1])
+                and parts([int(a) for a in entry[1]]) == tuple(int(a) for a in entry[1])
             )
             if not ok:
                 raise ValueError(f"{shape}; got the entry {entry!r}")

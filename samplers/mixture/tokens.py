@@ -19,9 +19,9 @@ from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
 from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import fraction, parts
-from samplers.options import TAILS, Tail
+from samplers.options import Tail
 from samplers.plan import EpochPlan
-from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
+from samplers.tokens.checks import checked_lengths, token_tail, warn_over_budget
 from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
@@ -146,7 +146,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
     ) -> None:
         self.lengths = checked_lengths(lengths)
         self.max_tokens = checks.positive("max_tokens", max_tokens)
-        tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]  # the token sampler's tails
+        tail = token_tail(tail)  # the token sampler's tails: no None
         _, sizes = checked_datasets(datasets)
         if self.lengths.numel() != sum(sizes):
             raise ValueError(

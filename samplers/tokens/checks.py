@@ -13,8 +13,9 @@ from typing import Any
 import torch
 
 from samplers.checks import SamplerWarning
+from samplers.options import TAILS, Tail
 
-__all__ = ["OVER_BUDGET", "checked_lengths", "choice", "warn_over_budget"]
+__all__ = ["OVER_BUDGET", "checked_lengths", "choice", "token_tail", "warn_over_budget"]
 
 
 def checked_lengths(lengths: Any) -> torch.Tensor:
@@ -70,6 +71,11 @@ def _signed(values: torch.Tensor) -> torch.Tensor:
             )
         return signed
     return values
+
+
+def token_tail(value: Any) -> Tail:
+    """``tail`` of a token sampler: ``"pad"``, ``"drop"`` or ``"uneven"`` (no ``None``)."""
+    return TAILS[TAILS.index(choice("tail", value, TAILS))]
 
 
 def choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

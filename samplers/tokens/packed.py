@@ -183,14 +183,12 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         return found
 
     def _order_fields(self) -> dict[str, int | str]:
-        return {
-            "length_sum": self.length_sum,
-            "length_digest": self.length_digest,
-            "max_length": self.max_length,
-            "rows_per_batch": self.rows_per_batch,
-            "cost": as_cost(self.cost).label,
-            "window": self.window,
-        }
+        """The token sampler's, with the row length and rows per batch for its budget."""
+        fields = super()._order_fields()
+        del fields["max_tokens"]
+        fields["max_length"] = self.max_length
+        fields["rows_per_batch"] = self.rows_per_batch
+        return fields
 
     def settings(self) -> dict[str, Any]:
         """What must agree across ranks, including the row length, rows per batch, the

@@ -17,9 +17,9 @@ from torch.utils.data import Sampler
 from samplers import checks, consistency, groups, resharding
 from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator
-from samplers.options import TAILS, Permutation, Tail
+from samplers.options import Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
-from samplers.tokens.checks import checked_lengths, choice, warn_over_budget
+from samplers.tokens.checks import checked_lengths, token_tail, warn_over_budget
 from samplers.tokens.cost import Cost, CostLike, TokenCost, as_cost, warn_costly
 from samplers.tokens.layout import TokenLayout
 from samplers.tokens.order import TokenOrder, default_window, length_digest, length_sum
@@ -141,7 +141,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self.group = groups.reference(group)
         self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
         self.shuffle = checks.as_flag("shuffle", shuffle)
-        self.tail = TAILS[TAILS.index(choice("tail", tail, TAILS))]
+        self.tail = token_tail(tail)
         model = as_cost(cost)
         #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
         self.cost: Cost | TokenCost = model.kind if model == TokenCost(model.kind) else model
@@ -199,7 +199,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         order = self.order()
         world = checks.world_size(self.num_replicas)
         checks.rank(self.rank, world)
-        key = (world, TAILS[TAILS.index(choice("tail", self.tail, TAILS))], start)
+        key = (world, token_tail(self.tail), start)
         if key not in self._layouts:
             if len(self._layouts) >= 4:
                 self._layouts.pop(next(iter(self._layouts)))
