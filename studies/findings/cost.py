@@ -114,16 +114,21 @@ def _command(sizes: Sequence[int]) -> list[str]:
     return command
 
 
+#: The variables a measuring process keeps: where programs, home and temporary files are.
+_KEPT = ("PATH", "HOME", "TMPDIR", "LANG")
+
+
 def _fresh_rows(sizes: Sequence[int], hash_seed: int = 0) -> list[dict[str, int]]:
-    """:func:`measure_all` in one new interpreter with ``PYTHONHASHSEED=hash_seed``."""
+    """:func:`measure_all` in one new interpreter with ``PYTHONHASHSEED=hash_seed``.
+
+    Its environment is only :data:`_KEPT` of this one's, so that what earlier work left in
+    ``os.environ`` (a test's or a report part's ``RANK``, Ray's variables, ...) cannot
+    change what the measuring process imports and allocates."""
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    environment = {
-        **os.environ,
-        "PYTHONHASHSEED": str(hash_seed),
-        "PYTHONPATH": os.pathsep.join(paths),
-    }
-    environment.pop("PYTHONTRACEMALLOC", None)
+    environment = {name: os.environ[name] for name in _KEPT if name in os.environ}
+    environment["PYTHONHASHSEED"] = str(hash_seed)
+    environment["PYTHONPATH"] = os.pathsep.join(paths)
     command = _command(sizes)
     done = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
     if done.returncode != 0 and command[0] != sys.executable:
