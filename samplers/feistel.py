@@ -116,6 +116,7 @@ from typing import Any, TypeVar
 import torch
 
 from samplers import checks
+from samplers.cycle_walk import _BLOCK, walk, walked_domain
 
 __all__ = ["MAX_SIZE", "ROUNDS", "WHOLE_BITS", "FeistelPermutation", "round_keys"]
 
@@ -129,16 +130,6 @@ _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
 _MIX64_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 _F_MULTIPLIERS = (0x59950A6B, 0x6CE9DB8F)
-#: Values still cycle-walking are finished in Python once at most this many remain: a
-#: tensor step has a fixed cost of about forty single-value steps in Python.
-_PYTHON_TAIL = 32
-
-#: Tensors are evaluated in blocks of this many elements: below torch's threshold for
-#: intra-op parallelism (32768 elements), where each of the network's elementwise
-#: operations (thirteen a round computing ``F``, two reading it from tables) would open a
-#: parallel region (on two busy cores that made a 65536-position chunk 50 times slower),
-#: and small enough that a block's temporaries stay in cache.
-_BLOCK = (1 << 15) - 1
 #: Halves at most this wide evaluate ``F`` from per-round tables (see ``_network``).
 _TABLE_BITS = 16
 #: Domains of at most ``2**WHOLE_BITS`` values can be walked whole (``_walked``): a call
@@ -148,11 +139,6 @@ WHOLE_BITS = 20
 
 #: A Python int or an int64 tensor: the round code below serves both unchanged.
 _Word = TypeVar("_Word", int, torch.Tensor)
-
-
-def _blockwise(length: int, part: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
-    """``part(lo, hi)`` over ``[0, length)`` in ranges of at most ``_BLOCK``, concatenated."""
-    return torch.cat([part(lo, min(lo + _BLOCK, length)) for lo in range(0, length, _BLOCK)])
 
 
 def _mix64(z: int) -> int:
@@ -228,6 +214,8 @@ class FeistelPermutation:
         self.epoch = checks.as_int("epoch", epoch)
         self._keys = round_keys(self.seed, self.epoch)
         self._tables: dict[tuple[int, int, int], torch.Tensor] = {}
+        # The rounds' (key, widths) forward and inverse, once asked for (``_rounds``).
+        self._specs: dict[bool, list[tuple[int, int, int]]] = {}
         bits = (size - 1).bit_length() if size > 1 else 0
         # Widths of the high and low halves of the Feistel domain [0, 2**bits).
         self._high_bits = bits - bits // 2
@@ -304,100 +292,84 @@ class FeistelPermutation:
         if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
             raise TypeError(f"{name} must be an integer tensor, got dtype {values.dtype}")
         flat = values.reshape(-1)
-        result = torch.empty(flat.shape, dtype=torch.int64, device=flat.device)
-        if self._high_bits <= _TABLE_BITS and flat.numel() >= 1 << self._high_bits:
-            self._round_tables(inverse)  # worth it for the whole call, not one block
-        step = functools.partial(self._network, inverse=inverse)
-        walked = None if inverse else self._kept
-        if walked is None and self._walks and self.whole_pays(flat.numel()):
-            walked = self._walked(inverse)
-        for start in range(0, flat.numel(), _BLOCK):
-            block = flat[start : start + _BLOCK].to(torch.int64)
-            smallest, largest = int(block.min()), int(block.max())
+
+        def block(lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+            part = flat[lo:hi].to(torch.int64)  # checked in int64, whatever ``dtype``
+            smallest, largest = (int(bound) for bound in torch.aminmax(part))
             bad = smallest if smallest < 0 else largest if largest >= self.size else None
             if bad is not None:
                 raise ValueError(
                     f"{name} must be in [0, {self.size}) for size={self.size}, got {bad}"
                 )
+            return part
+
+        return self._run(flat.numel(), block, inverse=inverse).reshape(values.shape)
+
+    def range(self, lo: int, hi: int) -> torch.Tensor:
+        """``perm(torch.arange(lo, hi))`` (int64), without building or checking positions
+        (``0 <= lo <= hi <= size``, else ``ValueError``)."""
+        lo, hi = checks.as_int("lo", lo), checks.as_int("hi", hi)
+        if not 0 <= lo <= hi <= self.size:
+            raise ValueError(
+                f"lo and hi must satisfy 0 <= lo <= hi <= {self.size}, got lo={lo}, hi={hi}"
+            )
+        return self._run(
+            hi - lo, lambda a, b, dtype: torch.arange(lo + a, lo + b, dtype=dtype), inverse=False
+        )
+
+    def _run(
+        self,
+        count: int,
+        block: Callable[[int, int, torch.dtype], torch.Tensor],
+        *,
+        inverse: bool,
+    ) -> torch.Tensor:
+        """The network (or its inverse), cycle-walked, on ``count`` values, ``block(lo,
+        hi, dtype)`` giving values ``[lo, hi)`` (in ``dtype``, the one computed in, if it
+        builds them).
+
+        Values are mapped ``_BLOCK`` at a time, then those still ``>= size`` are walked
+        together (:meth:`_walk`); a call for at least half of a small domain instead
+        reads the whole domain walked at once (:meth:`_walked`), as does every call once
+        :meth:`table` has kept the permutation. Returns int64.
+        """
+        # Tables are worth building for the whole call, not for one block; once built,
+        # every call reads them. The values are then computed in the tables' dtype.
+        tabled = self._high_bits <= _TABLE_BITS and (
+            bool(self._tables) or count >= 1 << self._high_bits
+        )
+        if tabled:
+            self._round_tables(inverse)
+        dtype = self._table_dtype if tabled else torch.int64
+        result = torch.empty(count, dtype=dtype)
+        step = functools.partial(self._step, inverse=inverse, tabled=tabled)
+        walked = None if inverse else self._kept
+        if walked is None and self._walks and self.whole_pays(count):
+            walked = self._walked(inverse)
+        for start in range(0, count, _BLOCK):
+            stop = min(start + _BLOCK, count)
+            values = block(start, stop, dtype)
             if walked is not None:
-                result[start : start + _BLOCK] = walked.index_select(0, block)
+                result[start:stop] = walked.index_select(0, values)
             else:
-                result[start : start + _BLOCK] = step(block) if self.size > 1 else block
+                result[start:stop] = step(values) if self.size > 1 else values
         if self._walks and walked is None:
-            self._walk(result, step)
-        return result.reshape(values.shape)
+            walk(result, self.size, step)
+        return result.to(torch.int64)
+
+    def _step(self, x: _Word, *, inverse: bool, tabled: bool) -> _Word:
+        """One application of the network (or its inverse): a tensor from the tables
+        when ``tabled`` (in their dtype), else :meth:`_network`."""
+        if tabled and isinstance(x, torch.Tensor):
+            return self._tabled_network(x, inverse)
+        return self._network(x, inverse=inverse)
 
     def _walked(self, inverse: bool) -> torch.Tensor:
-        """The cycle-walked network at every value of ``[0, size)``, in the tables' dtype.
-
-        The network runs once over the whole domain ``[0, 2**n)`` (its *image*); a walk
-        that reaches ``v >= size`` goes on to ``image[v]``, so the end of every walk
-        through ``[size, 2**n)`` is found by stepping through the image, with no network
-        evaluation; each value then looks its end up. Values above ``size`` that lie on a
-        cycle that never goes below ``size`` are no walk's continuation: they are left as
-        they are once stepping no longer resolves any value.
-        """
-        size, bits = self.size, self._low_bits + self._high_bits
-        domain, dtype = 1 << bits, self._table_dtype
-        image = torch.empty(domain, dtype=dtype)
-        for lo in range(0, domain, _BLOCK):
-            hi = min(lo + _BLOCK, domain)
-            image[lo:hi] = self._tabled_network(torch.arange(lo, hi, dtype=dtype), inverse)
-        # lookup[v]: where a walk that reaches v ends: v itself below size; above, found
-        # by stepping each pending value through the image.
-        lookup = torch.empty(domain, dtype=dtype)
-        torch.arange(size, dtype=dtype, out=lookup[:size])
-        ends = lookup[size:]
-        ends.copy_(image[size:])
-        pending = _blockwise(
-            ends.numel(), lambda lo, hi: (ends[lo:hi] >= size).nonzero().reshape(-1) + lo
-        )
-        while pending.numel():
-            stepped = image.index_select(0, ends.index_select(0, pending))
-            ends.index_copy_(0, pending, stepped)
-            still = pending.masked_select(stepped >= size)
-            if still.numel() == pending.numel():
-                break  # only cycles above size are left
-            pending = still
-        walked = image[:size]
-        for lo in range(0, size, _BLOCK):
-            hi = min(lo + _BLOCK, size)
-            walked[lo:hi] = lookup.index_select(0, walked[lo:hi])
-        return walked
-
-    def _walk(self, result: torch.Tensor, step: Callable[[Any], Any]) -> None:
-        """Apply ``step`` again, in place, to the values still ``>= size``, until none is.
-
-        The values still walking are gathered from all blocks and stepped together,
-        ``_BLOCK`` at a time, so each pass costs a few large steps rather than one small
-        step per block. index_select / index_copy_ / masked_select rather than
-        ``result[pending]``: advanced indexing opens a parallel region even on small
-        tensors.
-        """
-        size = self.size
-        pending = torch.cat(
-            [
-                (result[start : start + _BLOCK] >= size).nonzero().reshape(-1) + start
-                for start in range(0, result.numel(), _BLOCK)
-            ]
-            or [torch.empty(0, dtype=torch.int64)]
-        )
-        while pending.numel() > _PYTHON_TAIL:
-            still = []
-            for start in range(0, pending.numel(), _BLOCK):
-                slots = pending[start : start + _BLOCK]
-                stepped = step(result.index_select(0, slots))
-                result.index_copy_(0, slots, stepped)
-                still.append(slots.masked_select(stepped >= size))
-            pending = torch.cat(still)
-        if pending.numel():
-            walked = []
-            for value in result.index_select(0, pending).tolist():
-                value = step(value)
-                while value >= size:
-                    value = step(value)
-                walked.append(value)
-            result.index_copy_(0, pending, torch.tensor(walked, dtype=torch.int64))
+        """The cycle-walked network at every value of ``[0, size)``, in the tables' dtype
+        (:func:`~samplers.cycle_walk.walked_domain`)."""
+        bits = self._low_bits + self._high_bits
+        network = functools.partial(self._tabled_network, inverse=inverse)
+        return walked_domain(self.size, bits, self._table_dtype, network)
 
     def _encrypt(self, x: _Word) -> _Word:
         """``E`` of the specification on ``[0, 2**n)``, for an int or each tensor element."""
@@ -414,13 +386,15 @@ class FeistelPermutation:
         pair ``(right, left)``, so the inverse runs the rounds in reverse key order,
         starting from the low half's width.
         """
-        bits = self._low_bits + self._high_bits
-        left_bits = self._low_bits if inverse else self._high_bits
-        rounds = []
-        for key in self._keys[::-1] if inverse else self._keys:
-            rounds.append((key, bits - left_bits, left_bits))
-            left_bits = bits - left_bits
-        return rounds
+        if inverse not in self._specs:
+            bits = self._low_bits + self._high_bits
+            left_bits = self._low_bits if inverse else self._high_bits
+            rounds = []
+            for key in self._keys[::-1] if inverse else self._keys:
+                rounds.append((key, bits - left_bits, left_bits))
+                left_bits = bits - left_bits
+            self._specs[inverse] = rounds
+        return self._specs[inverse]
 
     def _round_tables(self, inverse: bool) -> list[torch.Tensor]:
         """Each round's table, ``F(key, x) & mask(left_bits)`` for every ``x < 2**right_bits``.

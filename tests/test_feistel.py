@@ -18,6 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import samplers.cycle_walk
 import samplers.feistel
 from samplers.feistel import MAX_SIZE, ROUNDS, FeistelPermutation, round_keys
 
@@ -369,3 +370,28 @@ def test_bad_single_positions_are_named() -> None:
     for wrong in (1.0, True, "3"):
         with pytest.raises(TypeError, match="position"):
             perm.at(wrong)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize("size", [0, 1, 2, 7, 1000, 65537, 299_999, 2**21 + 3])
+def test_a_range_of_positions_equals_the_positions_mapped(
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool, size: int
+) -> None:
+    """``range(lo, hi)`` (no positions built or checked; numpy or torch finding the values
+    still walking) gives what ``perm(arange(lo, hi))`` gives, tables or not, and so does
+    the order's ``between``."""
+    monkeypatch.setattr(samplers.cycle_walk, "numpy", np if with_numpy else None)
+    from samplers.plan.orders import FeistelOrder
+
+    bounds = {(0, size), (size // 3, min(size // 3 + 5, size)), (size // 2, size), (size, size)}
+    for lo, hi in sorted(bounds):
+        expected = FeistelPermutation(size, 5, 2)(torch.arange(lo, hi))
+        assert torch.equal(FeistelPermutation(size, 5, 2).range(lo, hi), expected)
+        assert torch.equal(FeistelOrder(size, 5, 2).between(lo, hi), expected)
+        assert FeistelPermutation(size, 5, 2).range(lo, hi).dtype == torch.int64
+
+
+@pytest.mark.parametrize("lo, hi", [(-1, 3), (4, 3), (0, 11), ("a", 3)])
+def test_a_bad_range_is_named(lo: object, hi: object) -> None:
+    with pytest.raises((ValueError, TypeError), match="lo"):
+        FeistelPermutation(10, 0, 0).range(lo, hi)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -252,11 +253,15 @@ def test_the_first_batch_plans_only_the_first_chunk(monkeypatch) -> None:
     sampler = build(lengths, 1000, 4, 1, window=100)
     next(iter(sampler))
     order = sampler.order()
-    assert order.chunks == 50
+    # 500 windows of 100: a first chunk of 10 windows, then chunks of 4 x 10 windows.
+    assert token_order.CHUNK_GROWTH == 4
+    assert order.chunks == 1 + math.ceil(490 / 40) == 14
+    assert [order.chunk_bounds(c) for c in (0, 1, 13)] == [(0, 1000), (1000, 5000), (49000, 50000)]
+    assert [order.chunk_of(p) for p in (0, 999, 1000, 4999, 5000, 49999)] == [0, 0, 1, 1, 2, 13]
     assert len(order._starts) <= 2
     assert not sampler.layout()._final
     assert len(sampler) == sampler.layout().count(1)  # len() plans the rest
-    assert len(order._starts) == 50
+    assert len(order._starts) == 14
 
 
 # --- arguments ---------------------------------------------------------------------------

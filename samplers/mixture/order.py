@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from samplers.feistel import _BLOCK
+from samplers.cycle_walk import _BLOCK
 from samplers.mixture.passes import Passes, source_seed
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
@@ -85,7 +85,7 @@ class MixtureOrder(Order):
 
     def stream_at(self, positions: torch.Tensor) -> torch.Tensor:
         """ConcatDataset indices at stream positions (a large call is evaluated
-        :data:`~samplers.feistel._BLOCK` positions at a time, below torch's threshold for
+        :data:`~samplers.cycle_walk._BLOCK` positions at a time, below torch's threshold for
         intra-op parallelism; the passes' tables serve the whole call)."""
         length = positions.numel()
         if length <= _BLOCK:

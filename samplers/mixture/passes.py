@@ -12,7 +12,7 @@ it touches (``F(key, x) & mask`` for every right half ``x``: ``2**high`` entries
 same values; a dictionary lookup per ``(source, pass)`` finds them), kept across calls
 up to :data:`TABLE_BUDGET` entries per round, so what is held is bounded whatever the
 sources' sizes or the stream's length; a larger call is evaluated a block of
-``samplers.feistel._BLOCK`` elements at a time, in int32 when every source has at most
+``samplers.cycle_walk._BLOCK`` elements at a time, in int32 when every source has at most
 ``2**30`` samples.
 
 The permutation is the Feistel network of :mod:`samplers.feistel` (its round function
@@ -32,7 +32,8 @@ from typing import Any, cast
 
 import torch
 
-from samplers.feistel import _BLOCK, ROUNDS, _mix64, _round_function, round_keys
+from samplers.cycle_walk import _BLOCK
+from samplers.feistel import ROUNDS, _mix64, _round_function, round_keys
 
 __all__ = ["Passes", "source_seed"]
 

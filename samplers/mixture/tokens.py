@@ -21,8 +21,9 @@ from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import fraction, parts
 from samplers.options import Tail
 from samplers.plan import EpochPlan
-from samplers.tokens.checks import checked_lengths, token_tail, warn_over_budget
+from samplers.tokens.checks import lengths_tensor, token_tail, warn_over_budget
 from samplers.tokens.cost import CostLike, TokenCost, as_cost, warn_costly
+from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
@@ -144,7 +145,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         window: int | None = None,
         group: groups.Group = None,
     ) -> None:
-        self.lengths = checked_lengths(lengths)
+        self._held = HeldLengths.copied(lengths_tensor(lengths))
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         tail = token_tail(tail)  # the token sampler's tails: no None
         _, sizes = checked_datasets(datasets)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -133,8 +134,9 @@ class EpochPlan:
         if not self.layout.batched:
             raise TypeError("rank_batches needs a batched layout; use rank_indices")
         positions, sizes = self.layout.items(rank, lo, hi)
-        flat = self.indices_at(positions)
-        return [part.tolist() for part in torch.split(flat, sizes)]
+        flat = self.indices_at(positions).tolist()  # one conversion, then list slices
+        ends = list(itertools.accumulate(sizes))
+        return [flat[end - size : end] for end, size in zip(ends, sizes, strict=True)]
 
     def rank_share(self, rank: int) -> torch.Tensor | None:
         """``rank``'s whole share cut from a held order (``None`` when the order is computed

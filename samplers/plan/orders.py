@@ -65,9 +65,13 @@ class Order(ABC):
         order costs less than computing those positions one chunk at a time."""
         return None
 
+    def between(self, lo: int, hi: int) -> torch.Tensor:
+        """Dataset indices (int64) at positions ``[lo, hi)`` (``0 <= lo <= hi <= size``)."""
+        return self.at(torch.arange(lo, hi, dtype=torch.int64))
+
     def materialise(self) -> torch.Tensor:
         """The whole order, ``size`` int64 indices."""
-        return self.at(torch.arange(self.size, dtype=torch.int64))
+        return self.between(0, self.size)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,9 @@ class FeistelOrder(Order):
 
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         return self.permutation(positions)
+
+    def between(self, lo: int, hi: int) -> torch.Tensor:
+        return self.permutation.range(lo, hi)
 
     def held(self, taking: int | None = None) -> torch.Tensor | None:
         """Held (:meth:`FeistelPermutation.table`, int32) only for a caller taking at

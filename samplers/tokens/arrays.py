@@ -13,15 +13,23 @@ from typing import Any
 
 import torch
 
-try:  # optional: the sampler needs only torch
-    import numpy
-except ImportError:  # pragma: no cover - exercised by a test that hides numpy
-    numpy = None  # type: ignore[assignment]
+from samplers.optional import numpy
+from samplers.plan import ceil_div
 
-__all__ = ["RADIX_LONGEST", "by_cost_level", "follow", "longest_first", "repeat"]
+__all__ = [
+    "LOCKSTEP_WINDOWS",
+    "RADIX_LONGEST",
+    "by_cost_level",
+    "follow",
+    "longest_first",
+    "repeat",
+]
 
 #: Windows whose lengths are all at most this are sorted by a radix sort (16-bit keys).
 RADIX_LONGEST = 2**16 - 1
+#: With at least this many windows in a chunk, :func:`follow` follows their batch chains
+#: together (a step costs about as much as a few dozen links followed in Python).
+LOCKSTEP_WINDOWS = 8
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -37,16 +45,39 @@ def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(numpy.repeat(values.numpy(), counts.numpy()))
 
 
-def follow(after: torch.Tensor, count: int) -> torch.Tensor:
+def follow(after: torch.Tensor, count: int, window: int) -> torch.Tensor:
     """The chain of positions ``0, after[0], after[after[0]], ...`` below ``count``
-    (int64): one Python step per link, reading ``after`` through a memoryview when numpy
-    is installed (a Python int per read, nothing converted in bulk), a list otherwise."""
-    following = after.tolist() if numpy is None else memoryview(after.contiguous().numpy().data)
-    found, position = [], 0
+    (int64), where ``after[i] > i`` never passes the end of ``i``'s window (windows of
+    ``window`` positions from 0, the last one shorter): so the chain is every window's
+    own chain from its first position, one window after the other.
+
+    With numpy and at least :data:`LOCKSTEP_WINDOWS` windows, every window's chain is
+    followed at once, one link of each per step (as many steps as the longest chain has
+    links, each a few numpy calls on one value per window); otherwise one Python step
+    per link, reading ``after`` through a memoryview (a Python int per read, nothing
+    converted in bulk), or a list without numpy.
+    """
+    windows = ceil_div(count, window)
+    if numpy is not None and windows >= LOCKSTEP_WINDOWS:
+        following = after.numpy()
+        heads = numpy.arange(0, count, window, dtype=following.dtype)
+        ends = numpy.minimum(heads + window, count)
+        found = []
+        while heads.size:
+            found.append(heads)
+            heads = following[heads]
+            going = heads < ends
+            if not going.all():
+                heads, ends = heads[going], ends[going]
+        chain = numpy.concatenate(found)
+        chain.sort()
+        return torch.from_numpy(chain.astype(numpy.int64, copy=False))
+    links = after.tolist() if numpy is None else memoryview(after.contiguous().numpy().data)
+    chained, position = [], 0
     while position < count:
-        found.append(position)
-        position = following[position]
-    return torch.tensor(found, dtype=torch.int64)
+        chained.append(position)
+        position = links[position]
+    return torch.tensor(chained, dtype=torch.int64)
 
 
 def longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> torch.Tensor:

@@ -15,11 +15,15 @@ import torch
 from samplers.checks import SamplerWarning
 from samplers.options import TAILS, Tail
 
-__all__ = ["OVER_BUDGET", "checked_lengths", "choice", "token_tail", "warn_over_budget"]
+__all__ = ["OVER_BUDGET", "choice", "lengths_tensor", "token_tail", "warn_over_budget"]
 
 
-def checked_lengths(lengths: Any) -> torch.Tensor:
-    """``lengths`` as a 1-D CPU tensor (int32, or int64 past 2**31 - 1), or a clear error."""
+def lengths_tensor(lengths: Any) -> torch.Tensor:
+    """``lengths`` as a 1-D CPU tensor of a signed integer dtype, or a clear error.
+
+    The caller's tensor itself when it is one already (on the CPU, signed): neither
+    copied nor read (:class:`~samplers.tokens.held.HeldLengths` checks the values).
+    """
     if isinstance(lengths, (Mapping, AbstractSet)):
         raise TypeError(
             f"lengths must be a sequence, numpy array or tensor of integers (one per sample, "
@@ -48,14 +52,7 @@ def checked_lengths(lengths: Any) -> torch.Tensor:
         raise ValueError(f"lengths must be one-dimensional, got shape {tuple(values.shape)}")
     if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
         raise TypeError(f"lengths must be integers, got dtype {values.dtype}")
-    values = _signed(values)
-    low, high = (int(bound) for bound in torch.aminmax(values)) if values.numel() else (0, 0)
-    if low < 0:
-        where = int(torch.argmin(values))
-        raise ValueError(f"lengths must be at least 0, got lengths[{where}] = {int(values[where])}")
-    fits = high < 2**31
-    # A copy: the epoch order must not change under the sampler.
-    return values.to(torch.int32 if fits else torch.int64, copy=True).contiguous()
+    return _signed(values)
 
 
 def _signed(values: torch.Tensor) -> torch.Tensor:
@@ -97,17 +94,21 @@ OVER_BUDGET = {
 }
 
 
-def warn_over_budget(lengths: torch.Tensor, max_tokens: int, tail: str) -> None:
+def warn_over_budget(
+    lengths: torch.Tensor, max_tokens: int, tail: str, longest: int | None = None
+) -> None:
     """Warn when samples are longer than ``max_tokens``, saying what ``tail`` does to
-    them (:data:`OVER_BUDGET`)."""
-    if lengths.numel() == 0 or int(lengths.max()) <= max_tokens:
+    them (:data:`OVER_BUDGET`); ``longest``, the largest length when known, saves a pass."""
+    if longest is None:
+        longest = int(lengths.max()) if lengths.numel() else 0
+    if lengths.numel() == 0 or longest <= max_tokens:
         return
     count = int(torch.count_nonzero(lengths > max_tokens))
     if count:
-        longest = int(torch.argmax(lengths))
+        where = int(torch.argmax(lengths))
         warnings.warn(
             f"{count} sample(s) are longer than max_tokens={max_tokens} (the longest: index "
-            f"{longest}, {int(lengths[longest])} tokens); each forms a batch of its own that "
+            f"{where}, {int(lengths[where])} tokens); each forms a batch of its own that "
             f"costs more than max_tokens; {OVER_BUDGET[tail]}",
             SamplerWarning,
             stacklevel=3,

@@ -74,8 +74,13 @@ LEVELS = 64
 WINDOW_BATCHES = 64
 #: The default window leaves at least this many windows in the epoch.
 MIN_WINDOWS = 4
-#: Whole windows are planned together in chunks of about this many samples.
+#: Whole windows are planned together in chunks: the first of about this many samples
+#: (all the first batch waits for), each later one :data:`CHUNK_GROWTH` times as many
+#: windows (fewer, larger chunks: each chunk's planning has a fixed cost of a few hundred
+#: tensor operations, a third of the whole epoch's time at 10**7 samples in chunks of 2**16).
 CHUNK_SAMPLES = 1 << 16
+#: How many times the first chunk's windows each later chunk holds.
+CHUNK_GROWTH = 4
 #: Chunks kept planned (their indices): this many, the most recently used (:meth:`TokenOrder.span`).
 CACHED_CHUNKS = 4
 
@@ -86,6 +91,7 @@ class _Locked(Protocol):
 
 
 _P = ParamSpec("_P")
+_Index = TypeVar("_Index", int, torch.Tensor)
 _R = TypeVar("_R")
 _S = TypeVar("_S", bound=_Locked)
 
@@ -184,7 +190,10 @@ class TokenOrder(Order):
     ``stream.size`` and ``lengths`` has one length per value the stream gives.
 
     ``lengths`` must be a 1-D integer tensor of non-negative lengths (the sampler checks
-    its arguments; this class trusts them).
+    its arguments; this class trusts them). With ``owned``, ``lengths`` is read only to
+    plan the first chunk of an epoch of several; ``owned()`` gives the same values (the
+    sampler's own copy of the caller's lengths, :class:`~samplers.tokens.held.HeldLengths`)
+    for everything else.
     """
 
     def __init__(
@@ -199,8 +208,12 @@ class TokenOrder(Order):
         epoch: int,
         permutation: Permutation = "randperm",
         stream: Order | None = None,
+        owned: Callable[[], torch.Tensor] | None = None,
     ) -> None:
         self.lengths = lengths
+        #: What replaces ``lengths`` before any chunk but the first is planned (the
+        #: sampler's own copy of them, made then), or ``None``.
+        self._owned = owned
         self.max_tokens = max_tokens
         self.cost = cost
         #: The cost model (``cost`` as a :class:`~samplers.tokens.cost.TokenCost`).
@@ -214,7 +227,8 @@ class TokenOrder(Order):
         #: (e.g. a :class:`~samplers.mixture.order.MixtureOrder`); its size is the epoch's.
         self.stream = stream
         self.length = lengths.numel() if stream is None else stream.size
-        #: Whole windows per planned chunk.
+        #: Whole windows in the first planned chunk (each later chunk holds
+        #: :data:`CHUNK_GROWTH` times as many).
         self.chunk_windows = max(1, CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
         self._starts: dict[int, torch.Tensor] = {}
@@ -230,6 +244,7 @@ class TokenOrder(Order):
 
     def __getstate__(self) -> dict[str, object]:
         # Pickled with its settings and lengths; plans are computed again on demand.
+        self._own_lengths()
         state = dict(self.__dict__)
         state.pop("permuted", None)
         state["_spans"], state["_starts"] = OrderedDict(), {}
@@ -258,24 +273,28 @@ class TokenOrder(Order):
             permutation=self.permutation,
         )
 
-    @cached_property
-    def _longest(self) -> int:
-        return int(self.lengths.max()) if self.size else 0
-
     @property
     def chunks(self) -> int:
         """How many chunks of whole windows the order is planned in."""
-        per_chunk = self.chunk_windows * self.window
-        return ceil_div(self.size, per_chunk)
+        if self.size == 0:
+            return 0
+        return int(self._chunk_of(ceil_div(self.size, self.window) - 1)) + 1
 
     def chunk_of(self, position: int) -> int:
         """The chunk holding ``position`` (in ``[0, N)``)."""
-        return position // (self.chunk_windows * self.window)
+        return int(self._chunk_of(position // self.window))
+
+    def _chunk_of(self, windows: _Index) -> _Index:
+        """The chunk holding each window number (an int or an int64 tensor)."""
+        first, later = self.chunk_windows, self.chunk_windows * CHUNK_GROWTH
+        return (windows + (later - first)) // later
 
     def chunk_bounds(self, chunk: int) -> tuple[int, int]:
         """The positions ``[lo, hi)`` of chunk ``chunk``."""
-        per_chunk = self.chunk_windows * self.window
-        return min(chunk * per_chunk, self.size), min((chunk + 1) * per_chunk, self.size)
+        first, later = self.chunk_windows, self.chunk_windows * CHUNK_GROWTH
+        lo = 0 if chunk == 0 else first + (chunk - 1) * later
+        hi = first if chunk == 0 else lo + later
+        return min(lo * self.window, self.size), min(hi * self.window, self.size)
 
     @locked
     def span(self, chunk: int) -> Span:
@@ -307,7 +326,11 @@ class TokenOrder(Order):
             return torch.zeros(0, dtype=torch.int64)
         if int(positions.max()) >= self.size:
             positions = positions % self.size
-        chunk = positions // (self.chunk_windows * self.window)
+        chunk = self._chunk_of(positions // self.window)
+        first, last = int(chunk.min()), int(chunk.max())
+        if first == last:  # the common case: a rank's next batches, within one chunk
+            planned = self.span(first)
+            return planned.indices.index_select(0, positions - planned.lo).to(torch.int64)
         result = torch.empty(positions.numel(), dtype=torch.int64)
         for value in torch.unique(chunk).tolist():
             where = chunk == value
@@ -324,7 +347,9 @@ class TokenOrder(Order):
         if count == 0:
             empty = torch.zeros(0, dtype=torch.int64)
             return Span(lo, hi, empty, empty)
-        indices = self.permuted.at(torch.arange(lo, hi, dtype=torch.int64))
+        if chunk or hi == self.size:  # only a first chunk with more to come reads ``lengths``
+            self._own_lengths()
+        indices = self.permuted.between(lo, hi)
         rows = ceil_div(count, window)
         drawn = self.lengths.index_select(0, indices)
         # Longest first within each window (a row); ties keep the permutation order.
@@ -351,6 +376,11 @@ class TokenOrder(Order):
         dtype = torch.int32 if max(self.size, self.lengths.numel()) < 2**31 else torch.int64
         ordered = indices.index_select(0, taken).to(dtype)
         return Span(lo, hi, ordered, new_starts + lo)
+
+    def _own_lengths(self) -> None:
+        """Plan from the sampler's own copy of the lengths from now on (if given)."""
+        if self._owned is not None:
+            self.lengths, self._owned = self._owned(), None
 
     def _batches(
         self,
@@ -409,7 +439,7 @@ class TokenOrder(Order):
             after = torch.minimum(torch.maximum(reach, local + 1), window_end)
         # Every window's chain of batch starts, one after the other (after[i] never passes
         # the window's end), followed one batch at a time.
-        return follow(after, count)
+        return follow(after, count, self.window)
 
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor

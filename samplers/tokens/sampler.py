@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import Sampler
 
 from samplers import checks, consistency, groups, resharding
@@ -19,10 +20,11 @@ from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator
 from samplers.options import Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
-from samplers.tokens.checks import checked_lengths, token_tail, warn_over_budget
+from samplers.tokens.checks import lengths_tensor, token_tail, warn_over_budget
 from samplers.tokens.cost import Cost, CostLike, TokenCost, as_cost, warn_costly
+from samplers.tokens.held import HeldLengths
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import TokenOrder, default_window, length_digest, length_sum
+from samplers.tokens.order import TokenOrder, default_window, length_digest
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -110,8 +112,8 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             permutation is computed a chunk of windows at a time, so the first batch
             comes at once at any dataset size and the order costs no memory) or
             ``"randperm"`` (``torch.randperm`` drawn whole at the first batch, 4 bytes
-            per sample; planning the whole epoch then took about a tenth less time at
-            10**6 samples and a quarter less at 10**7, rank 7 of 8 on one thread).
+            per sample; planning the whole epoch then took about as long at 10**6
+            samples and 7% less time at 10**7, rank 7 of 8 on one thread).
         group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
             ``DeviceMesh``); default: the default process group.
     """
@@ -136,7 +138,8 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         permutation: Permutation = "feistel",
         group: groups.Group = None,
     ) -> None:
-        self.lengths = checked_lengths(lengths)
+        #: The lengths, checked; copied when first needed (:attr:`lengths`).
+        self._held = HeldLengths(lengths_tensor(lengths))
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         self.group = groups.reference(group)
         self.num_replicas, self.rank = groups.placement(num_replicas, rank, self.group)
@@ -146,9 +149,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
         self.cost: Cost | TokenCost = model.kind if model == TokenCost(model.kind) else model
         self.permutation = checks.permutation(permutation)
-        self.length_sum = length_sum(self.lengths)
+        self.length_sum = self._held.total
         self.window = (
-            default_window(self.lengths, self.max_tokens, self.length_sum)
+            default_window(self._held.current, self.max_tokens, self.length_sum)
             if window is None
             else checks.positive("window", window)
         )
@@ -162,7 +165,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._warned_unequal = False
         self._length_digest: str | None = None
         if self._warns_over_budget and model.linear:
-            warn_over_budget(self.lengths, self.max_tokens, self.tail)
+            warn_over_budget(self._held.current, self.max_tokens, self.tail, self._held.longest)
         elif self._warns_over_budget:
             warn_costly(self.lengths, self.max_tokens, model)
 
@@ -179,7 +182,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             if shuffle:
                 checks.shuffle_key_fits(seed, epoch, permutation)
             order = TokenOrder(
-                self.lengths,
+                self._held.current,
                 self.max_tokens,
                 self.cost,
                 self.window,
@@ -187,6 +190,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
                 seed=seed,
                 epoch=epoch,
                 permutation=permutation,
+                owned=self._held.owned,
             )
             self._order, self._layouts = (key, order), {}
         return self._order[1]
@@ -214,12 +218,20 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             sizes, order.shuffle, order.seed, order.epoch, layout, order.permutation, order
         )
 
+    @property
+    def lengths(self) -> torch.Tensor:
+        """The lengths the sampler plans from: its own copy (int32, or int64 when a length
+        is ``2**31`` or more), made when first needed. Until then the first epoch's first
+        chunk reads the caller's tensor; a change to it before the copy is refused when
+        the copy is made (see :class:`~samplers.tokens.held.HeldLengths`)."""
+        return self._held.owned()
+
     def _dataset_length(self) -> int:
-        return self.lengths.numel()
+        return self._held.size
 
     def _end_position(self) -> int:
         # From the order's end the layout hands out nothing (without planning the epoch).
-        return self.lengths.numel()
+        return self._held.size
 
     def _new_iterator(self, plan: EpochPlan) -> BatchIterator:
         return BatchIterator.of(plan, checks.as_int("rank", self.rank))
@@ -296,7 +308,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(dataset length={self.lengths.numel()}, "
+            f"{type(self).__name__}(dataset length={self._held.size}, "
             f"max_tokens={self.max_tokens}, num_replicas={self.num_replicas}, "
             f"rank={self.rank}, shuffle={self.shuffle}, seed={self.seed}, "
             f"tail={self.tail!r}, cost={self.cost!r}, window={self.window}, epoch={self.epoch})"

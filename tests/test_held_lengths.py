@@ -1,0 +1,132 @@
+"""The token sampler's lengths: checked at once, copied when first needed, never changed
+under it (:mod:`samplers.tokens.held`)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import samplers.tokens.held as held
+import samplers.tokens.order as token_order
+from samplers import DistributedTokenBatchSampler
+from samplers.tokens.held import HeldLengths
+
+
+def _lengths(size: int = 5000, seed: int = 0) -> torch.Tensor:
+    return torch.randint(1, 200, (size,), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epochs of several chunks at a few thousand samples."""
+    monkeypatch.setattr(token_order, "CHUNK_SAMPLES", 500)
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8])
+def test_the_check_gives_the_exact_largest_and_sum(
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool, dtype: torch.dtype
+) -> None:
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    monkeypatch.setattr(held, "SCAN_SAMPLES", 7)  # several parts, the last one short
+    values = _lengths(100).to(dtype)
+    found = HeldLengths(values)
+    assert (found.longest, found.total, found.size) == (int(values.max()), int(values.sum()), 100)
+    owned = found.owned()
+    assert owned.dtype == torch.int32 and torch.equal(owned, values.to(torch.int32))
+    assert HeldLengths(torch.zeros(0, dtype=dtype)).owned().numel() == 0
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_a_negative_length_is_named_and_a_huge_one_is_kept_in_int64(
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool
+) -> None:
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    monkeypatch.setattr(held, "SCAN_SAMPLES", 4)
+    values = _lengths(20)
+    values[13] = -2
+    with pytest.raises(ValueError, match=r"lengths\[13\] = -2"):
+        HeldLengths(values)
+    values[13] = 2**40
+    found = HeldLengths(values)
+    assert (found.longest, found.total) == (2**40, int(values.sum()))
+    assert found.owned().dtype == torch.int64 and torch.equal(found.owned(), values)
+
+
+def test_the_first_batch_reads_the_callers_tensor_and_gives_the_same_batches(
+    small_chunks: None,
+) -> None:
+    lengths = _lengths()
+    sampler = DistributedTokenBatchSampler(lengths, 600, 3, 2)
+    copied_first = DistributedTokenBatchSampler(lengths, 600, 3, 2)
+    assert copied_first.lengths.dtype == torch.int32  # its copy made before it plans
+    iterator = iter(sampler)
+    first = next(iterator)
+    given = sampler._held.given  # not copied yet: one chunk planned
+    assert given is not None and given.data_ptr() == lengths.data_ptr()
+    assert sampler.order().chunks > 2
+    rest = list(iterator)
+    assert sampler._held.given is None  # copied at the second chunk
+    assert [first, *rest] == list(copied_first)
+
+
+def test_an_in_place_change_before_the_copy_is_refused(small_chunks: None) -> None:
+    lengths = _lengths()
+    sampler = DistributedTokenBatchSampler(lengths, 600, 3, 2)
+    iterator = iter(sampler)
+    next(iterator)
+    lengths[4000] += 1  # a torch in-place operation: the version counter moves
+    with pytest.raises(RuntimeError, match="changed in place after the sampler was built"):
+        list(iterator)
+
+
+def test_a_change_through_shared_numpy_memory_is_refused(small_chunks: None) -> None:
+    values = _lengths().numpy().copy()
+    sampler = DistributedTokenBatchSampler(values, 600, 3, 2)
+    values[10] = 10_000  # torch.as_tensor shared the array: no version counter sees this
+    with pytest.raises(RuntimeError, match=r"summed to \d+ with the longest 199, now"):
+        sampler.state_dict()  # the digest needs the copy
+
+
+def test_after_the_copy_the_callers_changes_do_not_reach_the_sampler(small_chunks: None) -> None:
+    lengths = _lengths()
+    sampler = DistributedTokenBatchSampler(lengths, 600, 3, 0)
+    before = list(sampler)
+    lengths.fill_(7)
+    sampler.set_epoch(0)
+    assert list(sampler) == before
+    assert torch.equal(sampler.lengths, _lengths().to(torch.int32))
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])
+def test_copying_the_sampler_makes_its_copy_of_the_lengths_first(
+    small_chunks: None, duplicate: Any
+) -> None:
+    lengths = _lengths()
+    sampler = DistributedTokenBatchSampler(lengths, 600, 3, 1)
+    next(iter(sampler))
+    assert sampler._held.given is not None
+    twin = duplicate(sampler)
+    assert sampler._held.given is None and twin._held.given is None
+    lengths.fill_(3)  # reaches neither
+    expected = list(DistributedTokenBatchSampler(_lengths(), 600, 3, 1))
+    for each in (sampler, twin):
+        each.set_epoch(0)
+        assert list(each) == expected
+
+
+def test_threads_asking_for_the_copy_get_the_same_one() -> None:
+    found = HeldLengths(_lengths(200_000))
+    copies: list[torch.Tensor] = []
+    threads = [threading.Thread(target=lambda: copies.append(found.owned())) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(copies) == 4 and all(c is copies[0] for c in copies)
