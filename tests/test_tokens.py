@@ -475,3 +475,25 @@ def test_the_guarantee_kit_checks_it(guarantee) -> None:
             dataset_size=size, world_size=world, epoch=1, taken=taken, other_world_size=other
         )
         CHECKS[guarantee](kit_factory, configuration)  # raises a Violation if it fails
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize("count, window", [(0, 5), (1, 1), (7, 3), (100, 7), (1000, 10), (999, 1)])
+def test_following_every_windows_chain_at_once_equals_one_link_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool, count: int, window: int
+) -> None:
+    """:func:`follow` (numpy: all windows' chains in lockstep from 8 windows on; else one
+    Python step per link) gives the single chain from 0, at the windows' edges too."""
+    monkeypatch.setattr(token_arrays, "numpy", np if with_numpy else None)
+    generator = torch.Generator().manual_seed(count + window)
+    local = torch.arange(count)
+    window_end = torch.clamp((local // window + 1) * window, max=count)
+    after = torch.minimum(
+        local + torch.randint(1, window + 1, (count,), generator=generator), window_end
+    )
+    expected, position = [], 0
+    while position < count:
+        expected.append(position)
+        position = int(after[position])
+    found = token_arrays.follow(after, count, window)
+    assert found.dtype == torch.int64 and found.tolist() == expected
