@@ -5,8 +5,9 @@ copying 10**8 lengths takes longer than planning the first batch (the fresh page
 as much as the copy), and the first chunk of an epoch needs only a few thousand of them.
 :class:`HeldLengths` therefore checks the caller's lengths in one pass when the sampler
 is built (no negative one; the largest and the exact sum, which fix the default window)
-and makes the copy when it is first needed: the second chunk of the first epoch, a
-checkpoint's digest, or anything that asks for :meth:`HeldLengths.owned`.
+and makes the copy when it is first needed: planning any chunk but the first of an
+epoch of several (a one-chunk epoch copies at once), a checkpoint's digest, a pickle,
+or anything else that asks for :meth:`HeldLengths.owned`.
 """
 
 from __future__ import annotations
@@ -69,11 +70,12 @@ class HeldLengths:
     @property
     def current(self) -> torch.Tensor:
         """The copy once made, else the caller's tensor (the same values)."""
+        given = self.given  # read first: the copy is set before ``given`` is dropped
         copy = self._copy
         if copy is not None:
             return copy
-        assert self.given is not None
-        return self.given
+        assert given is not None
+        return given
 
     def owned(self) -> torch.Tensor:
         """The copy (made now if it does not exist yet)."""
