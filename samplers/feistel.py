@@ -303,7 +303,8 @@ class FeistelPermutation:
                 )
             return part
 
-        return self._run(flat.numel(), block, inverse=inverse).reshape(values.shape)
+        result = self._run(flat.numel(), block, inverse=inverse, device=flat.device)
+        return result.reshape(values.shape)
 
     def range(self, lo: int, hi: int) -> torch.Tensor:
         """``perm(torch.arange(lo, hi))`` (int64), without building or checking positions
@@ -313,8 +314,11 @@ class FeistelPermutation:
             raise ValueError(
                 f"lo and hi must satisfy 0 <= lo <= hi <= {self.size}, got lo={lo}, hi={hi}"
             )
+        # arange(b - a) + (lo + a): no bound past int64 (hi may be 2**63).
         return self._run(
-            hi - lo, lambda a, b, dtype: torch.arange(lo + a, lo + b, dtype=dtype), inverse=False
+            hi - lo,
+            lambda a, b, dtype: torch.arange(b - a, dtype=dtype).add_(lo + a),
+            inverse=False,
         )
 
     def _run(
@@ -323,6 +327,7 @@ class FeistelPermutation:
         block: Callable[[int, int, torch.dtype], torch.Tensor],
         *,
         inverse: bool,
+        device: torch.device | None = None,
     ) -> torch.Tensor:
         """The network (or its inverse), cycle-walked, on ``count`` values, ``block(lo,
         hi, dtype)`` giving values ``[lo, hi)`` (in ``dtype``, the one computed in, if it
@@ -341,7 +346,7 @@ class FeistelPermutation:
         if tabled:
             self._round_tables(inverse)
         dtype = self._table_dtype if tabled else torch.int64
-        result = torch.empty(count, dtype=dtype)
+        result = torch.empty(count, dtype=dtype, device=device)
         step = functools.partial(self._step, inverse=inverse, tabled=tabled)
         walked = None if inverse else self._kept
         if walked is None and self._walks and self.whole_pays(count):

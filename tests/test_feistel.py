@@ -395,3 +395,9 @@ def test_a_range_of_positions_equals_the_positions_mapped(
 def test_a_bad_range_is_named(lo: object, hi: object) -> None:
     with pytest.raises((ValueError, TypeError), match="lo"):
         FeistelPermutation(10, 0, 0).range(lo, hi)  # type: ignore[arg-type]
+
+
+def test_a_range_reaching_two_to_the_63_is_mapped() -> None:
+    perm = FeistelPermutation(MAX_SIZE, 3, 1)
+    top = torch.tensor([MAX_SIZE - 3, MAX_SIZE - 2, MAX_SIZE - 1])
+    assert torch.equal(perm.range(MAX_SIZE - 3, MAX_SIZE), perm(top))

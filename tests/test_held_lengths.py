@@ -76,22 +76,82 @@ def test_the_first_batch_reads_the_callers_tensor_and_gives_the_same_batches(
     assert [first, *rest] == list(copied_first)
 
 
-def test_an_in_place_change_before_the_copy_is_refused(small_chunks: None) -> None:
+def test_an_in_place_change_of_the_sum_before_the_copy_is_refused(small_chunks: None) -> None:
     lengths = _lengths()
     sampler = DistributedTokenBatchSampler(lengths, 600, 3, 2)
     iterator = iter(sampler)
     next(iterator)
-    lengths[4000] += 1  # a torch in-place operation: the version counter moves
-    with pytest.raises(RuntimeError, match="changed in place after the sampler was built"):
+    lengths[4000] += 1
+    with pytest.raises(RuntimeError, match=r"summed to \d+ with the longest 199, now"):
         list(iterator)
 
 
 def test_a_change_through_shared_numpy_memory_is_refused(small_chunks: None) -> None:
     values = _lengths().numpy().copy()
     sampler = DistributedTokenBatchSampler(values, 600, 3, 2)
-    values[10] = 10_000  # torch.as_tensor shared the array: no version counter sees this
+    values[10] = 10_000  # torch.as_tensor shared the array
     with pytest.raises(RuntimeError, match=r"summed to \d+ with the longest 199, now"):
         sampler.state_dict()  # the digest needs the copy
+
+
+def test_a_change_under_the_first_chunk_keeping_the_sum_is_refused(small_chunks: None) -> None:
+    """Reversing the lengths keeps their sum and largest value, but the first chunk was
+    planned from the old ones: a state taken now would resume onto other batches, so the
+    copy is refused, naming a length that moved."""
+    values = _lengths().numpy().copy()
+    sampler = DistributedTokenBatchSampler(values, 600, 1, 0, seed=1)
+    iterator = iter(sampler)
+    [next(iterator) for _ in range(5)]
+    values[:] = values[::-1].copy()
+    with pytest.raises(RuntimeError, match=r"under samples it had already planned: lengths\["):
+        sampler.state_dict()
+
+
+def test_a_change_elsewhere_keeping_the_sum_reaches_every_plan_alike(small_chunks: None) -> None:
+    """Lengths the first chunk did not read, swapped before the copy: the copy holds the
+    swap, the state's digest is the copy's, and a run resumed from it on the new lengths
+    (and another world size) hands out every sample exactly once."""
+    values = _lengths().numpy().copy()
+    sampler = DistributedTokenBatchSampler(values, 600, 1, 0, seed=1)
+    iterator = iter(sampler)
+    taken = [next(iterator) for _ in range(5)]
+    read = set(sampler._held._read[0].tolist())
+    outside = [k for k in range(values.size) if k not in read]
+    i = outside[0]
+    j = next(k for k in outside if values[k] != values[i])
+    values[[i, j]] = values[[j, i]]
+    state = sampler.state_dict()
+    assert torch.equal(sampler.lengths, torch.as_tensor(values, dtype=torch.int32))
+    resumed = [DistributedTokenBatchSampler(values.copy(), 600, 2, r, seed=1) for r in range(2)]
+    for each in resumed:
+        each.load_state_dict(state)
+    handed = [i for batch in taken for i in batch]
+    handed += [i for each in resumed for batch in each for i in batch]
+    assert sorted(handed) == list(range(values.size))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.int32])
+def test_narrow_lengths_give_the_int64_batches(small_chunks: None, dtype: Any) -> None:
+    values = (_lengths().numpy() % 120).astype(dtype)
+    sampler = DistributedTokenBatchSampler(values, 600, 3, 1)
+    assert sampler.order().chunks > 2
+    expected = list(DistributedTokenBatchSampler(values.astype(np.int64), 600, 3, 1))
+    assert list(sampler) == expected
+
+
+def test_lengths_built_in_inference_mode_or_viewed_in_a_larger_tensor_work(
+    small_chunks: None,
+) -> None:
+    expected = list(DistributedTokenBatchSampler(_lengths(), 600, 3, 1))
+    with torch.inference_mode():
+        inferred = DistributedTokenBatchSampler(_lengths(), 600, 3, 1)
+        listed = DistributedTokenBatchSampler(_lengths().tolist(), 600, 3, 1)
+    table = torch.stack([_lengths(), _lengths(seed=1)], dim=1)
+    column = DistributedTokenBatchSampler(table[:, 0], 600, 3, 1)
+    iterator = iter(column)
+    first = next(iterator)
+    table[:, 1] += 1  # the same storage, not the lengths
+    assert [first, *iterator] == list(inferred) == list(listed) == expected
 
 
 def test_after_the_copy_the_callers_changes_do_not_reach_the_sampler(small_chunks: None) -> None:
@@ -130,3 +190,15 @@ def test_threads_asking_for_the_copy_get_the_same_one() -> None:
     for thread in threads:
         thread.join(timeout=60)
     assert len(copies) == 4 and all(c is copies[0] for c in copies)
+
+
+def test_a_token_order_takes_int32_positions_near_two_to_the_31() -> None:
+    """The chunk arithmetic is 64-bit whatever the positions' dtype."""
+    from samplers.tokens.order import TokenOrder
+
+    size = 2**31 - 10
+    lengths = torch.ones(1, dtype=torch.int32).expand(size)  # no memory of its size
+    order = TokenOrder(lengths, 10, "padded", 1, shuffle=False, seed=0, epoch=0)
+    position = size - 5
+    wide = order.at(torch.tensor([position]))
+    assert torch.equal(order.at(torch.tensor([position], dtype=torch.int32)), wide)

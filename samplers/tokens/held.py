@@ -4,10 +4,11 @@ A sampler must not see its lengths change under it, so it plans from its own cop
 copying 10**8 lengths takes longer than planning the first batch (the fresh pages cost
 as much as the copy), and the first chunk of an epoch needs only a few thousand of them.
 :class:`HeldLengths` therefore checks the caller's lengths in one pass when the sampler
-is built (no negative one; the largest and the exact sum, which fix the default window)
-and makes the copy when it is first needed: planning any chunk but the first of an
-epoch of several (a one-chunk epoch copies at once), a checkpoint's digest, a pickle,
-or anything else that asks for :meth:`HeldLengths.owned`.
+is built (no negative one; the largest and the exact sum, which fix the default window),
+reads the first chunk's lengths from the caller's tensor, and makes the copy when it is
+next needed: planning another chunk (a one-chunk epoch copies at once), the length
+digest of a state, a pickle, or anything else that asks for :meth:`HeldLengths.owned`.
+The copy is checked against what was planned before it.
 """
 
 from __future__ import annotations
@@ -36,18 +37,18 @@ class HeldLengths:
     """A caller's lengths (a 1-D CPU integer tensor), checked, and the copy planned from.
 
     Guarantee: :meth:`owned` is a contiguous copy, int32 (int64 when a length is
-    ``2**31`` or more), that later changes to the caller's tensor never reach, equal to
-    the lengths as they were when checked. A change made in between is refused with a
-    ``RuntimeError`` when the copy is made: a torch in-place operation on the tensor
-    (its version counter moved), or any change of the sum or of the largest length
-    (e.g. written through a numpy array sharing the tensor's memory). One change goes
-    unseen: values rearranged through shared memory with the same sum and largest
-    length, before the copy; the chunk planned from :attr:`given` then used the values
-    as they were when it read them. The copy is made at most once (under a lock);
-    pickling or copying a :class:`HeldLengths` makes it first, so both hold it.
+    ``2**31`` or more), that later changes to the caller's tensor never reach. Before the
+    copy exists, :meth:`read` gives the lengths at the first chunk's samples from the
+    caller's tensor itself, once; every other read is the copy's. The copy is refused
+    (``RuntimeError``) unless it agrees with everything planned before it: the sum and
+    the largest length checked when the sampler was built (they fix the default window)
+    and the values that first read returned. So a change the caller makes before the
+    copy either is refused or reaches every plan alike (the copy holds it, and the
+    length digest that states carry is the copy's). The copy is made at most once
+    (under a lock); pickling or copying a :class:`HeldLengths` makes it first.
 
-    Until the copy exists, :attr:`given` is the caller's tensor itself; :attr:`current`
-    is the copy once made, else the caller's tensor.
+    Lengths of another dtype than int32 or int64, and tensors that cannot be read
+    later as they are (inference tensors), are copied at once.
     """
 
     def __init__(self, given: torch.Tensor) -> None:
@@ -56,9 +57,14 @@ class HeldLengths:
         self.size = given.numel()
         #: The largest length (0 for no lengths) and the exact sum.
         self.longest, self.total = _scan(given)
-        self._version = given._version
+        #: The copy's dtype.
+        self.dtype = torch.int32 if self.longest < _INT32_LIMIT else torch.int64
         self._copy: torch.Tensor | None = None
+        # The indices and values of the one read from ``given`` (checked against the copy).
+        self._read: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lock = threading.Lock()
+        if given.dtype not in _UNSIGNED or given.is_inference():
+            self.owned()
 
     @classmethod
     def copied(cls, given: torch.Tensor) -> HeldLengths:
@@ -69,7 +75,8 @@ class HeldLengths:
 
     @property
     def current(self) -> torch.Tensor:
-        """The copy once made, else the caller's tensor (the same values)."""
+        """The copy once made, else the caller's tensor (for its size; planning reads
+        through :meth:`read` and :meth:`owned`)."""
         given = self.given  # read first: the copy is set before ``given`` is dropped
         copy = self._copy
         if copy is not None:
@@ -77,23 +84,28 @@ class HeldLengths:
         assert given is not None
         return given
 
+    def read(self, indices: torch.Tensor) -> torch.Tensor:
+        """The lengths at ``indices`` (int64 tensor), in :attr:`dtype`: from the caller's
+        tensor the first time, when the copy does not exist yet; else from the copy."""
+        with self._lock:
+            given = self.given
+            if self._copy is None and self._read is None and given is not None:
+                values = given.index_select(0, indices).to(self.dtype)
+                self._read = (indices, values)
+                return values
+        return self.owned().index_select(0, indices)
+
     def owned(self) -> torch.Tensor:
         """The copy (made now if it does not exist yet)."""
         with self._lock:
             if self._copy is None:
                 assert self.given is not None
                 self._copy = self._copied(self.given)
-                self.given = None
+                self.given, self._read = None, None
             return self._copy
 
     def _copied(self, given: torch.Tensor) -> torch.Tensor:
-        if given._version != self._version:
-            raise RuntimeError(
-                "lengths were changed in place after the sampler was built (before it made "
-                "its own copy): build the sampler again from the new lengths"
-            )
-        dtype = torch.int32 if self.longest < _INT32_LIMIT else torch.int64
-        copy = torch.empty(self.size, dtype=dtype)
+        copy = torch.empty(self.size, dtype=self.dtype)
         total, longest = 0, 0
         # The copy is checked a part at a time, right after copying it (from the cache).
         # numpy's copy and reductions where it reads the dtype (a quarter faster here).
@@ -113,6 +125,18 @@ class HeldLengths:
                 f"they summed to {self.total} with the longest {self.longest}, now "
                 f"{total} and {longest}; build the sampler again from the new lengths"
             )
+        if self._read is not None:
+            indices, values = self._read
+            now = copy.index_select(0, indices)
+            moved = torch.nonzero(now != values).reshape(-1)
+            if moved.numel():
+                where = int(indices[moved[0]])
+                raise RuntimeError(
+                    f"lengths changed after the sampler was built (before it made its own "
+                    f"copy), under samples it had already planned: lengths[{where}] was "
+                    f"{int(values[moved[0]])}, now {int(now[moved[0]])}; build the sampler "
+                    "again from the new lengths"
+                )
         return copy
 
     def __getstate__(self) -> dict[str, Any]:
@@ -142,7 +166,7 @@ def _scan(values: torch.Tensor) -> tuple[int, int]:
             if top >= _INT32_LIMIT:
                 break
             longest = max(longest, top)
-            total += int(array[lo : lo + SCAN_SAMPLES].sum())
+            total += int(array[lo : lo + SCAN_SAMPLES].sum(dtype=numpy.int64))
         else:
             return longest, total
     if size == 0:

@@ -59,6 +59,7 @@ __all__ = [
     "RADIX_LONGEST",
     "WINDOW_BATCHES",
     "Cost",
+    "LengthSource",
     "Span",
     "TokenOrder",
     "batch_costs",
@@ -75,11 +76,11 @@ WINDOW_BATCHES = 64
 #: The default window leaves at least this many windows in the epoch.
 MIN_WINDOWS = 4
 #: Whole windows are planned together in chunks: the first of about this many samples
-#: (all the first batch waits for), each later one :data:`CHUNK_GROWTH` times as many
-#: windows (fewer, larger chunks: each chunk's planning has a fixed cost of a few hundred
-#: tensor operations, a third of the whole epoch's time at 10**7 samples in chunks of 2**16).
+#: (all the first batch waits for), each later one of about :data:`CHUNK_GROWTH` times as
+#: many (fewer, larger chunks: each chunk's planning has a fixed cost of a few hundred
+#: tensor operations, a sixth of the whole epoch's time at 10**7 samples in chunks of 2**16).
 CHUNK_SAMPLES = 1 << 16
-#: How many times the first chunk's windows each later chunk holds.
+#: How many times the first chunk's samples each later chunk holds (in whole windows).
 CHUNK_GROWTH = 4
 #: Chunks kept planned (their indices): this many, the most recently used (:meth:`TokenOrder.span`).
 CACHED_CHUNKS = 4
@@ -160,6 +161,16 @@ def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> t
     return as_cost(cost).costs(lengths, batch, sizes.numel())
 
 
+class LengthSource(Protocol):
+    """Lengths read once before they are copied (:class:`~samplers.tokens.held.HeldLengths`)."""
+
+    def read(self, indices: torch.Tensor) -> torch.Tensor:
+        """The lengths at ``indices``."""
+
+    def owned(self) -> torch.Tensor:
+        """All the lengths, copied."""
+
+
 @dataclass(frozen=True, eq=False)
 class Span:
     """A planned chunk of whole windows: positions ``[lo, hi)`` of the order.
@@ -190,10 +201,11 @@ class TokenOrder(Order):
     ``stream.size`` and ``lengths`` has one length per value the stream gives.
 
     ``lengths`` must be a 1-D integer tensor of non-negative lengths (the sampler checks
-    its arguments; this class trusts them). With ``owned``, ``lengths`` is read only to
-    plan the first chunk of an epoch of several; ``owned()`` gives the same values (the
-    sampler's own copy of the caller's lengths, :class:`~samplers.tokens.held.HeldLengths`)
-    for everything else.
+    its arguments; this class trusts them). With ``source`` (a
+    :class:`~samplers.tokens.held.HeldLengths`), the first chunk of an epoch of several
+    reads its lengths through ``source.read`` and everything else plans from
+    ``source.owned()`` (the sampler's own copy of the caller's lengths), which replaces
+    ``lengths``.
     """
 
     def __init__(
@@ -208,12 +220,12 @@ class TokenOrder(Order):
         epoch: int,
         permutation: Permutation = "randperm",
         stream: Order | None = None,
-        owned: Callable[[], torch.Tensor] | None = None,
+        source: LengthSource | None = None,
     ) -> None:
         self.lengths = lengths
-        #: What replaces ``lengths`` before any chunk but the first is planned (the
-        #: sampler's own copy of them, made then), or ``None``.
-        self._owned = owned
+        #: Where the first chunk reads its lengths and what replaces ``lengths`` before
+        #: any other chunk is planned (the sampler's own copy of them), or ``None``.
+        self._source = source
         self.max_tokens = max_tokens
         self.cost = cost
         #: The cost model (``cost`` as a :class:`~samplers.tokens.cost.TokenCost`).
@@ -227,9 +239,10 @@ class TokenOrder(Order):
         #: (e.g. a :class:`~samplers.mixture.order.MixtureOrder`); its size is the epoch's.
         self.stream = stream
         self.length = lengths.numel() if stream is None else stream.size
-        #: Whole windows in the first planned chunk (each later chunk holds
-        #: :data:`CHUNK_GROWTH` times as many).
+        #: Whole windows in the first planned chunk, and in each later one (about
+        #: :data:`CHUNK_GROWTH` times as many samples; one window when windows are larger).
         self.chunk_windows = max(1, CHUNK_SAMPLES // window)
+        self.later_windows = max(self.chunk_windows, CHUNK_GROWTH * CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
         self._starts: dict[int, torch.Tensor] = {}
         #: Held while planning (by this order and by its layouts): one thread plans at a time.
@@ -286,12 +299,12 @@ class TokenOrder(Order):
 
     def _chunk_of(self, windows: _Index) -> _Index:
         """The chunk holding each window number (an int or an int64 tensor)."""
-        first, later = self.chunk_windows, self.chunk_windows * CHUNK_GROWTH
+        first, later = self.chunk_windows, self.later_windows
         return (windows + (later - first)) // later
 
     def chunk_bounds(self, chunk: int) -> tuple[int, int]:
         """The positions ``[lo, hi)`` of chunk ``chunk``."""
-        first, later = self.chunk_windows, self.chunk_windows * CHUNK_GROWTH
+        first, later = self.chunk_windows, self.later_windows
         lo = 0 if chunk == 0 else first + (chunk - 1) * later
         hi = first if chunk == 0 else lo + later
         return min(lo * self.window, self.size), min(hi * self.window, self.size)
@@ -324,6 +337,7 @@ class TokenOrder(Order):
         """Dataset indices (int64) at ``positions``; position ``p >= N`` holds ``order[p % N]``."""
         if positions.numel() == 0:
             return torch.zeros(0, dtype=torch.int64)
+        positions = positions.to(torch.int64)  # the chunk arithmetic below needs 64 bits
         if int(positions.max()) >= self.size:
             positions = positions % self.size
         chunk = self._chunk_of(positions // self.window)
@@ -351,7 +365,10 @@ class TokenOrder(Order):
             self._own_lengths()
         indices = self.permuted.between(lo, hi)
         rows = ceil_div(count, window)
-        drawn = self.lengths.index_select(0, indices)
+        if self._source is None:
+            drawn = self.lengths.index_select(0, indices)
+        else:
+            drawn = self._source.read(indices)
         # Longest first within each window (a row); ties keep the permutation order.
         column = longest_first(drawn, rows, window, count)
         local = torch.arange(count, dtype=torch.int64)
@@ -379,8 +396,8 @@ class TokenOrder(Order):
 
     def _own_lengths(self) -> None:
         """Plan from the sampler's own copy of the lengths from now on (if given)."""
-        if self._owned is not None:
-            self.lengths, self._owned = self._owned(), None
+        if self._source is not None:
+            self.lengths, self._source = self._source.owned(), None
 
     def _batches(
         self,

@@ -190,7 +190,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
                 seed=seed,
                 epoch=epoch,
                 permutation=permutation,
-                owned=self._held.owned,
+                source=self._held,
             )
             self._order, self._layouts = (key, order), {}
         return self._order[1]
@@ -221,9 +221,10 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
     @property
     def lengths(self) -> torch.Tensor:
         """The lengths the sampler plans from: its own copy (int32, or int64 when a length
-        is ``2**31`` or more), made when first needed. Until then the first epoch's first
-        chunk reads the caller's tensor; a change to it before the copy is refused when
-        the copy is made (see :class:`~samplers.tokens.held.HeldLengths`)."""
+        is ``2**31`` or more), made when first needed. Before it, the first chunk planned
+        reads its samples' lengths from the caller's int32 or int64 tensor; the copy is
+        refused if the sum, the largest length or those samples' lengths changed in
+        between (see :class:`~samplers.tokens.held.HeldLengths`)."""
         return self._held.owned()
 
     def _dataset_length(self) -> int:
