@@ -453,18 +453,18 @@ def test_the_speed_prose_compares_every_cell_with_the_stock_sampler() -> None:
     assert text in build(speed).prose
     worse = speed.worse_than_stock(frame)
     # Every cell of ours and feistel in the whole table above 1 x the stock sampler's,
-    # whatever its quantity: in the committed record, feistel's whole epoch and peak
-    # memory on 1 rank and ours' DataLoader first batch with 2 workers (10^5 samples).
+    # whatever its quantity: in the committed record, feistel's first index and whole
+    # epoch on 1 rank at 10^5 samples.
     rows = with_ratios(frame)
     above = rows[rows["variant"].isin(["ours", "feistel"]) & (rows["/ stock"] > 1)]
-    assert len(worse) == len(above) == 3
-    assert set(above["quantity"]) == {"epoch", "peak RSS above baseline", "first batch"}
+    assert len(worse) == len(above) == 2
+    assert set(above["quantity"]) == {"first index", "epoch"}
     for _, row in above.iterrows():
         assert speed.cell_words(row) in text
         assert f"({row['/ stock']:.2f} x)" in text
     assert f"{len(above)} cells:" in text
-    assert "2 workers, rank 63 of 64 (1.01 x)" in text
-    assert "peak memory at 100,000 samples on 1 rank (1.15 x)" in text
+    assert "time to the first index at 100,000 samples on 1 rank (1.02 x)" in text
+    assert "whole epoch at 100,000 samples on 1 rank (1.45 x)" in text
     assert ("No cell of either" in text) == worse.empty
 
     grid = Grid(sizes=(10**3, 10**4), world_sizes=(1, 8), repeats=1, num_workers=(0,))
