@@ -202,3 +202,39 @@ def test_a_token_order_takes_int32_positions_near_two_to_the_31() -> None:
     position = size - 5
     wide = order.at(torch.tensor([position]))
     assert torch.equal(order.at(torch.tensor([position], dtype=torch.int32)), wide)
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {3000: -5, 3001: 10, 3002: 10},  # the same sum and largest, one length negative
+        {3000: 5 + 2**32},  # a length the int32 copy would wrap to 5
+    ],
+)
+def test_a_negative_or_wrapping_length_before_the_copy_is_refused(
+    monkeypatch: pytest.MonkeyPatch, small_chunks: None, with_numpy: bool, changes: dict
+) -> None:
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    lengths = torch.full((4000,), 5)
+    lengths[0] = 10
+    sampler = DistributedTokenBatchSampler(lengths, 40, 1, 0, window=100)
+    iterator = iter(sampler)
+    next(iterator)
+    for index, value in changes.items():
+        lengths[index] = value
+    match = "is negative" if -5 in changes.values() else "now 4294987301 and 4294967301"
+    with pytest.raises(RuntimeError, match=match):
+        list(iterator)
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_huge_lengths_are_summed_exactly_and_copied(
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool
+) -> None:
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    values = torch.ones(2**16, dtype=torch.int64)
+    values[[0, 1, 2**15, 2**15 + 1]] = 2**62  # two per part: a part's int64 sum overflows
+    found = HeldLengths(values)
+    assert (found.longest, found.total) == (2**62, 4 * 2**62 + 2**16 - 4)
+    assert torch.equal(found.owned(), values)

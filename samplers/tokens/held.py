@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from samplers.optional import numpy
-from samplers.tokens.order import length_sum
 
 __all__ = ["SCAN_SAMPLES", "HeldLengths"]
 
@@ -29,6 +28,9 @@ SCAN_SAMPLES = 1 << 15
 #: Lengths of these dtypes are checked by numpy when installed (reading them unsigned,
 #: a negative length is above every valid one: one maximum checks both bounds).
 _UNSIGNED = {torch.int32: "uint32", torch.int64: "uint64"}
+_UNSIGNED_NAMES = {4: "uint32", 8: "uint64"}
+#: Values below this sum in int64 :data:`SCAN_SAMPLES` at a time without overflow.
+_SPLIT_LIMIT = 2**47
 #: Lengths below this are held in int32; a larger one makes the copy int64.
 _INT32_LIMIT = 2**31
 
@@ -106,24 +108,27 @@ class HeldLengths:
 
     def _copied(self, given: torch.Tensor) -> torch.Tensor:
         copy = torch.empty(self.size, dtype=self.dtype)
-        total, longest = 0, 0
-        # The copy is checked a part at a time, right after copying it (from the cache).
-        # numpy's copy and reductions where it reads the dtype (a quarter faster here).
-        into: Any = copy
-        source: Any = given
-        wide: Any = torch.int64
-        if numpy is not None and given.is_contiguous() and given.dtype in _UNSIGNED:
-            into, source, wide = copy.numpy(), given.numpy(), numpy.int64
+        top, total = 0, 0
+        # Each part is checked as the caller's values (before the cast, so a value the
+        # int32 copy would wrap is seen), right before copying it (from the cache).
+        into: Any = copy.numpy() if _numpy_reads(given) else copy
+        source: Any = given.numpy() if _numpy_reads(given) else given
         for lo in range(0, self.size, SCAN_SAMPLES):
-            part = into[lo : lo + SCAN_SAMPLES]
-            part[:] = source[lo : lo + SCAN_SAMPLES]
-            total += int(part.sum(dtype=wide))
-            longest = max(longest, int(part.max()))
-        if (total, longest) != (self.total, self.longest):
+            part = source[lo : lo + SCAN_SAMPLES]
+            part_top, part_total = _part_stats(part)
+            top, total = max(top, part_top), total + part_total
+            into[lo : lo + SCAN_SAMPLES] = part
+        if (total, top) != (self.total, self.longest):
+            low = int(given.min())
+            change = (
+                f"lengths[{int(given.argmin())}] = {low} is negative"
+                if low < 0
+                else f"they summed to {self.total} with the longest {self.longest}, now "
+                f"{int(given.sum())} and {int(given.max())}"
+            )
             raise RuntimeError(
                 f"lengths changed after the sampler was built (before it made its own copy): "
-                f"they summed to {self.total} with the longest {self.longest}, now "
-                f"{total} and {longest}; build the sampler again from the new lengths"
+                f"{change}; build the sampler again from the new lengths"
             )
         if self._read is not None:
             indices, values = self._read
@@ -151,28 +156,43 @@ class HeldLengths:
         self._lock = threading.Lock()
 
 
+def _numpy_reads(values: torch.Tensor) -> bool:
+    """Whether numpy checks and copies ``values`` (int32 or int64, contiguous)."""
+    return numpy is not None and values.dtype in _UNSIGNED and values.is_contiguous()
+
+
+def _part_stats(part: Any) -> tuple[int, int]:
+    """The largest of a part of the lengths (a negative one makes it ``2**63`` or more)
+    and its exact sum. A numpy part (int32 or int64) is read unsigned: one maximum checks
+    both bounds (a negative int32 length reads as ``2**31`` or more). Past ``2**47`` the
+    sum is taken in two 32-bit halves, so no sum of :data:`SCAN_SAMPLES` overflows."""
+    wide: Any
+    if isinstance(part, torch.Tensor):
+        part, wide = part.to(torch.int64), torch.int64
+        low, top = (int(bound) for bound in torch.aminmax(part)) if part.numel() else (0, 0)
+        top = 2**64 if low < 0 else top
+    else:
+        wide = numpy.int64
+        top = int(part.view(_UNSIGNED_NAMES[part.dtype.itemsize]).max()) if part.size else 0
+    if top < _SPLIT_LIMIT:
+        return top, int(part.sum(dtype=wide))
+    high, rest = part >> 32, part & 0xFFFFFFFF
+    return top, (int(high.sum(dtype=wide)) << 32) + int(rest.sum(dtype=wide))
+
+
 def _scan(values: torch.Tensor) -> tuple[int, int]:
     """The largest of ``values`` (0 if empty) and their exact sum, or a ``ValueError``
-    naming a negative one: one pass, :data:`SCAN_SAMPLES` at a time, where numpy reads
-    int32 and int64 lengths (a length of ``2**31`` or more, or a negative one, sends it
-    to torch's path, which tells them apart)."""
+    naming a negative one: one pass, :data:`SCAN_SAMPLES` at a time (numpy reads int32
+    and int64 lengths; torch the rest)."""
     size = values.numel()
-    if numpy is not None and values.dtype in _UNSIGNED and values.is_contiguous():
-        array = values.numpy()
-        unsigned = array.view(_UNSIGNED[values.dtype])
-        longest, total = 0, 0
-        for lo in range(0, size, SCAN_SAMPLES):
-            top = int(unsigned[lo : lo + SCAN_SAMPLES].max())
-            if top >= _INT32_LIMIT:
-                break
-            longest = max(longest, top)
-            total += int(array[lo : lo + SCAN_SAMPLES].sum(dtype=numpy.int64))
-        else:
-            return longest, total
-    if size == 0:
-        return 0, 0
-    low, high = (int(bound) for bound in torch.aminmax(values))
-    if low < 0:
-        where = int(torch.argmin(values))
-        raise ValueError(f"lengths must be at least 0, got lengths[{where}] = {int(values[where])}")
-    return high, length_sum(values)
+    parts: Any = values.numpy() if _numpy_reads(values) else values
+    longest, total = 0, 0
+    for lo in range(0, size, SCAN_SAMPLES):
+        top, part_total = _part_stats(parts[lo : lo + SCAN_SAMPLES])
+        if top >= 2**63 or (top >= _INT32_LIMIT and values.dtype == torch.int32):
+            where = int(torch.argmin(values))
+            raise ValueError(
+                f"lengths must be at least 0, got lengths[{where}] = {int(values[where])}"
+            )
+        longest, total = max(longest, top), total + part_total
+    return longest, total

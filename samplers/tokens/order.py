@@ -257,8 +257,9 @@ class TokenOrder(Order):
 
     def __getstate__(self) -> dict[str, object]:
         # Pickled with its settings and lengths; plans are computed again on demand.
-        self._own_lengths()
-        state = dict(self.__dict__)
+        with self.lock:  # not while a chunk is planned from the caller's lengths
+            self._own_lengths()
+            state = dict(self.__dict__)
         state.pop("permuted", None)
         state["_spans"], state["_starts"] = OrderedDict(), {}
         state.pop("lock", None)
