@@ -130,7 +130,7 @@ _MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
 _MIX64_MULTIPLIERS = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
 _F_MULTIPLIERS = (0x59950A6B, 0x6CE9DB8F)
-#: Halves at most this wide evaluate ``F`` from per-round tables (see ``_network``).
+#: Halves at most this wide evaluate ``F`` from per-round tables (see ``_run``).
 _TABLE_BITS = 16
 #: Domains of at most ``2**WHOLE_BITS`` values can be walked whole (``_walked``): a call
 #: for at least half of such a domain is, and so is :meth:`FeistelPermutation.table`.
@@ -276,13 +276,8 @@ class FeistelPermutation:
         return self._kept
 
     def _map(self, name: str, values: Any, *, inverse: bool) -> torch.Tensor:
-        """The network (or its inverse), cycle-walked, on every element of ``values``.
-
-        Elements are mapped ``_BLOCK`` at a time, then the values still ``>= size`` are
-        walked together (:meth:`_walk`). A call for at least half of a small domain
-        (:meth:`whole_pays`) instead looks every value up in the whole domain walked at
-        once (:meth:`_walked`), which costs less than searching for the values still
-        walking; so does every call once :meth:`table` has kept the permutation.
+        """The network (or its inverse), cycle-walked, on every element of ``values``
+        (:meth:`_run`), each block checked first.
 
         Raises ``TypeError`` unless ``values`` is an integer tensor and ``ValueError``
         (naming ``name`` and the value) if an element is outside ``[0, size)``.
@@ -334,12 +329,15 @@ class FeistelPermutation:
         builds them).
 
         Values are mapped ``_BLOCK`` at a time, then those still ``>= size`` are walked
-        together (:meth:`_walk`); a call for at least half of a small domain instead
-        reads the whole domain walked at once (:meth:`_walked`), as does every call once
-        :meth:`table` has kept the permutation. Returns int64.
+        together (:func:`~samplers.cycle_walk.walk`). A call for at least half of a small
+        domain (:meth:`whole_pays`) instead looks every value up in the whole domain
+        walked at once (:meth:`_walked`), which costs less than searching for the values
+        still walking; so does every call once :meth:`table` has kept the permutation.
+        Returns int64.
         """
-        # Tables are worth building for the whole call, not for one block; once built,
-        # every call reads them. The values are then computed in the tables' dtype.
+        # Tables (halves at most _TABLE_BITS wide: domains up to 2**32) are worth building
+        # for a call of at least a table's entries, not for one block; once built, every
+        # call reads them. The values are then computed in the tables' dtype.
         tabled = self._high_bits <= _TABLE_BITS and (
             bool(self._tables) or count >= 1 << self._high_bits
         )
@@ -429,19 +427,9 @@ class FeistelPermutation:
         return [self._tables[spec] for spec in rounds]
 
     def _network(self, x: _Word, *, inverse: bool) -> _Word:
-        """The Feistel rounds (see :meth:`_rounds`), on an int or each tensor element.
-
-        A tensor is mixed from tables (:meth:`_tabled_network`) when its halves are at
-        most :data:`_TABLE_BITS` wide (domains up to 2**32) and either the tables exist or
-        the tensor holds at least as many values as a table has entries (building them
-        then pays for itself); otherwise each round computes ``F`` directly.
-        """
-        if (
-            isinstance(x, torch.Tensor)
-            and self._high_bits <= _TABLE_BITS
-            and (self._tables or x.numel() >= 1 << self._high_bits)
-        ):
-            return self._tabled_network(x, inverse).to(torch.int64)
+        """The Feistel rounds (see :meth:`_rounds`), on an int or each tensor element,
+        each round computing ``F`` directly (:meth:`_run` decides when a tensor is mixed
+        from tables instead, :meth:`_tabled_network`)."""
         low = self._low_bits
         high_half, low_half = x >> low, x & ((1 << low) - 1)
         left, right = (low_half, high_half) if inverse else (high_half, low_half)

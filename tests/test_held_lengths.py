@@ -238,3 +238,52 @@ def test_huge_lengths_are_summed_exactly_and_copied(
     found = HeldLengths(values)
     assert (found.longest, found.total) == (2**62, 4 * 2**62 + 2**16 - 4)
     assert torch.equal(found.owned(), values)
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_a_thread_reading_states_before_the_copy_changes_nothing(
+    small_chunks: None, attempt: int
+) -> None:
+    """A checkpoint thread calling ``state_dict()`` while the loop plans its first chunks
+    from the caller's tensor (the copy is made by whichever comes first): the same
+    batches, and every state read loads."""
+    expected = list(DistributedTokenBatchSampler(_lengths(), 600, 3, 1))
+    sampler = DistributedTokenBatchSampler(_lengths(), 600, 3, 1)
+    states: list[dict] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                states.append(sampler.state_dict())
+            except BaseException as error:
+                errors.append(error)
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        batches = list(sampler)
+    finally:
+        done.set()
+        reader.join(timeout=60)
+    assert not errors and batches == expected and states
+    for state in states[:: max(1, len(states) // 5)]:
+        DistributedTokenBatchSampler(_lengths(), 600, 2, 0).load_state_dict(state)
+
+
+def test_a_dataloader_with_workers_and_auto_epoch_before_the_copy(small_chunks: None) -> None:
+    from torch.utils.data import DataLoader
+
+    lengths = _lengths()
+    sampler = DistributedTokenBatchSampler(lengths, 600, 3, 1, auto_epoch=True)
+    assert sampler._held.given is not None
+    loader = DataLoader(range(lengths.numel()), batch_sampler=sampler, num_workers=2)
+    epochs = [[batch.tolist() for batch in loader] for _ in range(2)]
+    reference = DistributedTokenBatchSampler(_lengths(), 600, 3, 1)
+    expected = []
+    for epoch in range(2):
+        reference.set_epoch(epoch)
+        expected.append(list(reference))
+    assert epochs == expected and sampler.epoch == 1 and sampler._held.given is None

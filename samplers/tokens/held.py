@@ -27,7 +27,8 @@ __all__ = ["SCAN_SAMPLES", "HeldLengths"]
 SCAN_SAMPLES = 1 << 15
 #: Lengths of these dtypes are checked by numpy when installed (reading them unsigned,
 #: a negative length is above every valid one: one maximum checks both bounds).
-_UNSIGNED = {torch.int32: "uint32", torch.int64: "uint64"}
+_NUMPY_READS = (torch.int32, torch.int64)
+#: The unsigned numpy dtype of each of their sizes.
 _UNSIGNED_NAMES = {4: "uint32", 8: "uint64"}
 #: Values below this sum in int64 :data:`SCAN_SAMPLES` at a time without overflow.
 _SPLIT_LIMIT = 2**47
@@ -65,7 +66,7 @@ class HeldLengths:
         # The indices and values of the one read from ``given`` (checked against the copy).
         self._read: tuple[torch.Tensor, torch.Tensor] | None = None
         self._lock = threading.Lock()
-        if given.dtype not in _UNSIGNED or given.is_inference():
+        if given.dtype not in _NUMPY_READS or given.is_inference():
             self.owned()
 
     @classmethod
@@ -158,7 +159,7 @@ class HeldLengths:
 
 def _numpy_reads(values: torch.Tensor) -> bool:
     """Whether numpy checks and copies ``values`` (int32 or int64, contiguous)."""
-    return numpy is not None and values.dtype in _UNSIGNED and values.is_contiguous()
+    return numpy is not None and values.dtype in _NUMPY_READS and values.is_contiguous()
 
 
 def _part_stats(part: Any) -> tuple[int, int]:
