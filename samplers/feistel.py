@@ -301,9 +301,10 @@ class FeistelPermutation:
         result = self._run(flat.numel(), block, inverse=inverse, device=flat.device)
         return result.reshape(values.shape)
 
-    def range(self, lo: int, hi: int) -> torch.Tensor:
+    def range(self, lo: int, hi: int, *, narrow: bool = False) -> torch.Tensor:
         """``perm(torch.arange(lo, hi))`` (int64), without building or checking positions
-        (``0 <= lo <= hi <= size``, else ``ValueError``)."""
+        (``0 <= lo <= hi <= size``, else ``ValueError``); with ``narrow``, in the dtype
+        computed in (int32 when the round tables are, below ``2**31``), not converted."""
         lo, hi = checks.as_int("lo", lo), checks.as_int("hi", hi)
         if not 0 <= lo <= hi <= self.size:
             raise ValueError(
@@ -314,6 +315,7 @@ class FeistelPermutation:
             hi - lo,
             lambda a, b, dtype: torch.arange(b - a, dtype=dtype).add_(lo + a),
             inverse=False,
+            narrow=narrow,
         )
 
     def _run(
@@ -323,6 +325,7 @@ class FeistelPermutation:
         *,
         inverse: bool,
         device: torch.device | None = None,
+        narrow: bool = False,
     ) -> torch.Tensor:
         """The network (or its inverse), cycle-walked, on ``count`` values, ``block(lo,
         hi, dtype)`` giving values ``[lo, hi)`` (in ``dtype``, the one computed in, if it
@@ -333,7 +336,7 @@ class FeistelPermutation:
         domain (:meth:`whole_pays`) instead looks every value up in the whole domain
         walked at once (:meth:`_walked`), which costs less than searching for the values
         still walking; so does every call once :meth:`table` has kept the permutation.
-        Returns int64.
+        Returns int64, or with ``narrow`` the dtype computed in.
         """
         # Tables (halves at most _TABLE_BITS wide: domains up to 2**32) are worth building
         # for a call of at least a table's entries, not for one block; once built, every
@@ -358,7 +361,7 @@ class FeistelPermutation:
                 result[start:stop] = step(values) if self.size > 1 else values
         if self._walks and walked is None:
             walk(result, self.size, step)
-        return result.to(torch.int64)
+        return result if narrow else result.to(torch.int64)
 
     def _step(self, x: _Word, *, inverse: bool, tabled: bool) -> _Word:
         """One application of the network (or its inverse): a tensor from the tables

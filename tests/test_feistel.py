@@ -389,6 +389,13 @@ def test_a_range_of_positions_equals_the_positions_mapped(
         assert torch.equal(FeistelPermutation(size, 5, 2).range(lo, hi), expected)
         assert torch.equal(FeistelOrder(size, 5, 2).between(lo, hi), expected)
         assert FeistelPermutation(size, 5, 2).range(lo, hi).dtype == torch.int64
+        narrow = FeistelOrder(size, 5, 2).between(lo, hi, narrow=True)
+        assert torch.equal(narrow.to(torch.int64), expected)
+        # In int32 when computed from the round tables (a fresh permutation builds them
+        # for a call of at least a table's entries), else in int64.
+        bits = (size - 1).bit_length() if size > 1 else 0
+        tabled = hi - lo >= 1 << (bits - bits // 2)
+        assert narrow.dtype == (torch.int32 if tabled else torch.int64)
 
 
 @pytest.mark.parametrize("lo, hi", [(-1, 3), (4, 3), (0, 11), ("a", 3)])
@@ -401,3 +408,4 @@ def test_a_range_reaching_two_to_the_63_is_mapped() -> None:
     perm = FeistelPermutation(MAX_SIZE, 3, 1)
     top = torch.tensor([MAX_SIZE - 3, MAX_SIZE - 2, MAX_SIZE - 1])
     assert torch.equal(perm.range(MAX_SIZE - 3, MAX_SIZE), perm(top))
+    assert torch.equal(perm.range(MAX_SIZE - 3, MAX_SIZE, narrow=True), perm(top))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -39,8 +40,42 @@ def test_the_check_gives_the_exact_largest_and_sum(
     found = HeldLengths(values)
     assert (found.longest, found.total, found.size) == (int(values.max()), int(values.sum()), 100)
     owned = found.owned()
-    assert owned.dtype == torch.int32 and torch.equal(owned, values.to(torch.int32))
+    assert owned.dtype == torch.int16 and torch.equal(owned, values.to(torch.int16))
     assert HeldLengths(torch.zeros(0, dtype=dtype)).owned().numel() == 0
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize(
+    "longest, held_dtype, widened_dtype",
+    [
+        (0, torch.int16, torch.int32),
+        (2**15 - 1, torch.int16, torch.int32),
+        (2**15, torch.int32, torch.int32),
+        (2**31 - 1, torch.int32, torch.int32),
+        (2**31, torch.int64, torch.int64),
+    ],
+)
+def test_the_copy_is_the_smallest_dtype_holding_the_longest_and_widened_for_users(
+    monkeypatch: pytest.MonkeyPatch,
+    with_numpy: bool,
+    longest: int,
+    held_dtype: torch.dtype,
+    widened_dtype: torch.dtype,
+) -> None:
+    """int16 below 2**15 (the random reads of a chunk's lengths touch half the memory),
+    int32 below 2**31, else int64; :meth:`widened` (what ``sampler.lengths`` returns) is a
+    new tensor of at least int32, so arithmetic on it does not wrap at 32767."""
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    values = torch.tensor([3, longest, 0, 7], dtype=torch.int64)
+    found = HeldLengths(values)
+    owned, widened = found.owned(), found.widened()
+    assert owned.dtype == held_dtype and torch.equal(owned.to(torch.int64), values)
+    assert widened.dtype == widened_dtype and torch.equal(widened.to(torch.int64), values)
+    widened[1] = 5  # a copy: the sampler's lengths are not changed through it
+    assert int(found.owned()[1]) == longest and int(found.widened()[1]) == longest
+    sampler = DistributedTokenBatchSampler(values, max(longest, 7), 1, 0)
+    assert sampler.lengths.dtype == widened_dtype
+    assert torch.equal(sampler.lengths.to(torch.int64), values)
 
 
 @pytest.mark.parametrize("with_numpy", [True, False])
@@ -209,7 +244,8 @@ def test_a_token_order_takes_int32_positions_near_two_to_the_31() -> None:
     "changes",
     [
         {3000: -5, 3001: 10, 3002: 10},  # the same sum and largest, one length negative
-        {3000: 5 + 2**32},  # a length the int32 copy would wrap to 5
+        {3000: 5 + 2**32},  # a length an int32 copy would wrap to 5
+        {3000: 5 + 2**16},  # a length the int16 copy would wrap to 5
     ],
 )
 def test_a_negative_or_wrapping_length_before_the_copy_is_refused(
@@ -223,7 +259,8 @@ def test_a_negative_or_wrapping_length_before_the_copy_is_refused(
     next(iterator)
     for index, value in changes.items():
         lengths[index] = value
-    match = "is negative" if -5 in changes.values() else "now 4294987301 and 4294967301"
+    changed = 20005 - 5 * len(changes) + sum(changes.values())
+    match = "is negative" if -5 in changes.values() else f"now {changed} and {changed - 20000}"
     with pytest.raises(RuntimeError, match=match):
         list(iterator)
 
@@ -287,3 +324,49 @@ def test_a_dataloader_with_workers_and_auto_epoch_before_the_copy(small_chunks: 
         reference.set_epoch(epoch)
         expected.append(list(reference))
     assert epochs == expected and sampler.epoch == 1 and sampler._held.given is None
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_lengths_held_in_int16_give_the_batches_and_warnings_of_int32(
+    monkeypatch: pytest.MonkeyPatch, small_chunks: None, with_numpy: bool
+) -> None:
+    """Every token sampler plans the same batches, and warns alike, from lengths held in
+    int16 as from the same lengths held in int32, with budgets above 2**15 (which int16
+    cannot hold: a comparison with them must not wrap) and below it."""
+    from samplers import DistributedMixtureTokenBatchSampler, DistributedPackedBatchSampler
+    from samplers.tokens import arrays as token_arrays
+    from samplers.tokens.cost import TokenCost
+
+    monkeypatch.setattr(token_arrays, "numpy", np if with_numpy else None)
+    monkeypatch.setattr(held, "numpy", np if with_numpy else None)
+    lengths = torch.randint(1, 2**15, (3000,), generator=torch.Generator().manual_seed(4))
+    lengths[::97] = 2**15 - 1
+    builds = {
+        "padded above 2**15": lambda: DistributedTokenBatchSampler(lengths, 70_000, 3, 1),
+        "padded, over budget": lambda: DistributedTokenBatchSampler(lengths, 20_000, 3, 2),
+        "sum": lambda: DistributedTokenBatchSampler(lengths, 100_000, 2, 0, cost="sum"),
+        "quadratic": lambda: DistributedTokenBatchSampler(
+            lengths, 90_000, 2, 1, cost=TokenCost("padded", quadratic=4096), tail="drop"
+        ),
+        "packed above 2**15": lambda: DistributedPackedBatchSampler(lengths, 40_000, 2, 3, 0),
+        "packed, over length": lambda: DistributedPackedBatchSampler(lengths, 30_000, 2, 2, 1),
+        "mixture": lambda: DistributedMixtureTokenBatchSampler(
+            [range(1000), range(2000)], [1, 1], lengths, 50_000, 2, 1, epoch_length=2500
+        ),
+    }
+
+    def run(build: Any, dtype: torch.dtype) -> tuple[list[list[int]], list[str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sampler = build()
+            assert sampler._held.dtype == dtype
+            sampler.set_epoch(1)
+            batches = list(sampler)
+        return batches, [str(warning.message) for warning in caught]
+
+    int16 = {name: run(build, torch.int16) for name, build in builds.items()}
+    monkeypatch.setattr(held, "_INT16_LIMIT", 0)  # held in int32 from here on
+    for name, build in builds.items():
+        assert run(build, torch.int32) == int16[name], name
+    assert int16["padded, over budget"][1] and int16["packed, over length"][1]
+    assert not int16["padded above 2**15"][1] and not int16["packed above 2**15"][1]

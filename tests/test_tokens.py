@@ -478,22 +478,42 @@ def test_the_guarantee_kit_checks_it(guarantee) -> None:
 
 
 @pytest.mark.parametrize("with_numpy", [True, False])
+@pytest.mark.parametrize("clamped", [True, False])
 @pytest.mark.parametrize("count, window", [(0, 5), (1, 1), (7, 3), (100, 7), (1000, 10), (999, 1)])
 def test_following_every_windows_chain_at_once_equals_one_link_at_a_time(
-    monkeypatch: pytest.MonkeyPatch, with_numpy: bool, count: int, window: int
+    monkeypatch: pytest.MonkeyPatch, with_numpy: bool, clamped: bool, count: int, window: int
 ) -> None:
     """:func:`follow` (numpy: all windows' chains in lockstep from 8 windows on; else one
-    Python step per link) gives the single chain from 0, at the windows' edges too."""
+    Python step per link) gives each window's chain from its first position, one window
+    after the other, at the windows' edges too: whether the links stop at their window's
+    end or pass it (a batch cut by the window's end)."""
     monkeypatch.setattr(token_arrays, "numpy", np if with_numpy else None)
     generator = torch.Generator().manual_seed(count + window)
     local = torch.arange(count)
     window_end = torch.clamp((local // window + 1) * window, max=count)
-    after = torch.minimum(
-        local + torch.randint(1, window + 1, (count,), generator=generator), window_end
-    )
-    expected, position = [], 0
-    while position < count:
-        expected.append(position)
-        position = int(after[position])
+    after = local + torch.randint(1, 2 * window + 1, (count,), generator=generator)
+    if clamped:
+        after = torch.minimum(after, window_end)
+    expected = []
+    for head in range(0, count, window):
+        position = head
+        while position < min(head + window, count):
+            expected.append(position)
+            position = int(after[position])
+    if clamped:  # the single chain from 0, one link at a time
+        single, position = [], 0
+        while position < count:
+            single.append(position)
+            position = int(after[position])
+        assert single == expected
     found = token_arrays.follow(after, count, window)
     assert found.dtype == torch.int64 and found.tolist() == expected
+    # The same links as batch sizes read from a table by length, at the chains only.
+    lengths = torch.randint(0, 50, (count,), generator=generator, dtype=torch.int16)
+    table = torch.randint(1, 2 * window + 1, (50,), generator=generator)
+    links = local + table[lengths.long()]
+    if clamped:
+        links = torch.minimum(links, window_end)
+        table = torch.clamp(table, max=window)  # a batch never holds more than a window
+    sized = token_arrays.follow(table, count, window, lengths)
+    assert sized.tolist() == token_arrays.follow(links, count, window).tolist()

@@ -149,16 +149,16 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         tail = token_tail(tail)  # the token sampler's tails: no None
         _, sizes = checked_datasets(datasets)
-        if self.lengths.numel() != sum(sizes):
+        if self._held.size != sum(sizes):
             raise ValueError(
                 f"lengths must hold one length per sample of ConcatDataset(datasets) "
                 f"({sum(sizes)} samples in sources of sizes {list(sizes)}), got "
-                f"{self.lengths.numel()}"
+                f"{self._held.size}"
             )
         starts = [sum(sizes[:d]) for d in range(len(sizes))]
         #: Each source's total length (its tokens).
         self.source_tokens = tuple(
-            length_sum(self.lengths[start : start + size])
+            length_sum(self._held.owned()[start : start + size])
             for start, size in zip(starts, sizes, strict=True)
         )
         model = as_cost(cost)
@@ -177,7 +177,10 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
             group,
         )
         self.window = (
-            min(default_window(self.lengths, self.max_tokens, self.length_sum), self.epoch_length)
+            min(
+                default_window(self._held.owned(), self.max_tokens, self.length_sum),
+                self.epoch_length,
+            )
             if window is None
             else checks.positive("window", window)
         )
@@ -186,9 +189,9 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         self._warned_unequal = False
         self._length_digest: str | None = None
         if model.linear:
-            warn_over_budget(self.lengths, self.max_tokens, self.tail)
+            warn_over_budget(self._held.owned(), self.max_tokens, self.tail)
         else:
-            warn_costly(self.lengths, self.max_tokens, model)
+            warn_costly(self._held.owned(), self.max_tokens, model)
 
     # Weights in tokens --------------------------------------------------------------------
 
@@ -260,7 +263,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         )
         if self._order is None or self._order[0] != key:
             order = TokenOrder(
-                self.lengths,
+                self._held.owned(),
                 self.max_tokens,
                 self.cost,
                 checks.positive("window", self.window),

@@ -65,8 +65,10 @@ class Order(ABC):
         order costs less than computing those positions one chunk at a time."""
         return None
 
-    def between(self, lo: int, hi: int) -> torch.Tensor:
-        """Dataset indices (int64) at positions ``[lo, hi)`` (``0 <= lo <= hi <= size``)."""
+    def between(self, lo: int, hi: int, *, narrow: bool = False) -> torch.Tensor:
+        """Dataset indices (int64) at positions ``[lo, hi)`` (``0 <= lo <= hi <= size``);
+        with ``narrow``, in whichever of int32 and int64 the order computes them in
+        (int32 only below ``2**31``), for a caller that reads them rather than keeps them."""
         return self.at(torch.arange(lo, hi, dtype=torch.int64))
 
     def materialise(self) -> torch.Tensor:
@@ -180,8 +182,8 @@ class FeistelOrder(Order):
     def at(self, positions: torch.Tensor) -> torch.Tensor:
         return self.permutation(positions)
 
-    def between(self, lo: int, hi: int) -> torch.Tensor:
-        return self.permutation.range(lo, hi)
+    def between(self, lo: int, hi: int, *, narrow: bool = False) -> torch.Tensor:
+        return self.permutation.range(lo, hi, narrow=narrow)
 
     def held(self, taking: int | None = None) -> torch.Tensor | None:
         """Held (:meth:`FeistelPermutation.table`, int32) only for a caller taking at

@@ -45,45 +45,62 @@ def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(numpy.repeat(values.numpy(), counts.numpy()))
 
 
-def follow(after: torch.Tensor, count: int, window: int) -> torch.Tensor:
-    """The chain of positions ``0, after[0], after[after[0]], ...`` below ``count``
-    (int64), where ``after[i] > i`` never passes the end of ``i``'s window (windows of
-    ``window`` positions from 0, the last one shorter): so the chain is every window's
-    own chain from its first position, one window after the other.
+def follow(
+    after: torch.Tensor, count: int, window: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Every window's chain of positions from its first one, one window after the other
+    (int64): windows of ``window`` positions from 0 (the last one shorter, ending at
+    ``count``), the chain of the window starting at ``w`` being ``w, after[w],
+    after[after[w]], ...`` while below the window's end. ``after[i] > i``; a link that
+    reaches or passes the window's end ends the window's chain (so the caller need not
+    clamp ``after`` to the windows). With ``lengths``, ``after`` is a table of batch
+    sizes by length instead (at least 1 each): the link from ``i`` is ``i +
+    after[lengths[i]]``, read only at the chains' positions.
 
     With numpy and at least :data:`LOCKSTEP_WINDOWS` windows, every window's chain is
     followed at once, one link of each per step (as many steps as the longest chain has
     links, each a few numpy calls on one value per window); otherwise one Python step
-    per link, reading ``after`` through a memoryview (a Python int per read, nothing
-    converted in bulk), or a list without numpy.
+    per link, reading ``after`` (and ``lengths``) through a memoryview (a Python int per
+    read, nothing converted in bulk), or a list without numpy.
     """
     windows = ceil_div(count, window)
     if numpy is not None and windows >= LOCKSTEP_WINDOWS:
         following = after.numpy()
-        heads = numpy.arange(0, count, window, dtype=following.dtype)
+        sized = None if lengths is None else lengths.numpy()
+        heads = numpy.arange(0, count, window, dtype=numpy.int64)
         ends = numpy.minimum(heads + window, count)
         found = []
         while heads.size:
             found.append(heads)
-            heads = following[heads]
+            heads = following[heads] if sized is None else heads + following[sized[heads]]
             going = heads < ends
             if not going.all():
                 heads, ends = heads[going], ends[going]
         chain = numpy.concatenate(found)
         chain.sort()
         return torch.from_numpy(chain.astype(numpy.int64, copy=False))
-    links = after.tolist() if numpy is None else memoryview(after.contiguous().numpy().data)
-    chained, position = [], 0
-    while position < count:
-        chained.append(position)
-        position = links[position]
+    links, sizes = (_readable(values) for values in (after, lengths))
+    chained = []
+    for head in range(0, count, window):
+        end, position = min(head + window, count), head
+        while position < end:
+            chained.append(position)
+            position = links[position] if sizes is None else position + links[sizes[position]]
     return torch.tensor(chained, dtype=torch.int64)
 
 
+def _readable(values: torch.Tensor | None) -> Any:
+    """``values`` read one Python int at a time: a memoryview of them with numpy (nothing
+    converted in bulk), else a list."""
+    if values is None:
+        return None
+    return values.tolist() if numpy is None else memoryview(values.contiguous().numpy().data)
+
+
 def longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> torch.Tensor:
-    """Where each window's samples go, longest first: ``rows x window`` columns (int64),
-    row ``r``'s column ``j`` the place in window ``r`` of its ``j``-th longest sample,
-    ties in window order; the last row's missing cells (past ``count``) come last.
+    """The ``count`` positions of ``lengths`` (int64), each window's longest first: the
+    windows are ``rows`` runs of ``window`` positions (the last one shorter, ending at
+    ``count``), each rearranged within itself, ties in position order.
 
     Lengths up to :data:`RADIX_LONGEST` are sorted as 16-bit keys (numpy's stable sort of
     16-bit integers is a radix sort, several times faster than a comparison sort);
@@ -91,22 +108,28 @@ def longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> 
     """
     if numpy is not None and count and int(lengths.max()) <= RADIX_LONGEST:
         keys = numpy.full(rows * window, RADIX_LONGEST, dtype=numpy.uint16)
-        # Longest first = smallest key first; a missing cell gets the largest key, and
-        # comes after any real sample of length 0 (stable: it is later in its row).
-        numpy.subtract(RADIX_LONGEST, lengths.numpy(), out=keys[:count], casting="unsafe")
+        # Longest first = smallest key first; a missing cell of the last window (past
+        # ``count``) gets the largest key, and comes after any real sample of length 0
+        # (stable: it is later in its row), so it is cut off at the end.
+        values = lengths.numpy()
+        if values.dtype == numpy.int16:  # read unsigned (the lengths are not negative)
+            values = values.view(numpy.uint16)
+        numpy.subtract(RADIX_LONGEST, values, out=keys[:count], casting="unsafe")
         found = numpy.argsort(keys.reshape(rows, window), axis=1, kind="stable")
-        return torch.from_numpy(found.astype(numpy.int64, copy=False)).view(-1)
+        found += numpy.arange(0, rows * window, window, dtype=found.dtype)[:, None]
+        return torch.from_numpy(found.reshape(-1)[:count].astype(numpy.int64, copy=False))
     grid = torch.full((rows * window,), -1, dtype=lengths.dtype)
     grid[:count] = lengths
     _, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
-    return column.view(-1)
+    column += torch.arange(0, rows * window, window)[:, None]
+    return column.view(-1)[:count]
 
 
 def by_cost_level(
     costs: torch.Tensor,
     starts: torch.Tensor,
     sizes: torch.Tensor,
-    column: torch.Tensor,
+    firsts: torch.Tensor,
     first_window: int,
     window: int,
     budget: int,
@@ -115,21 +138,21 @@ def by_cost_level(
     """A chunk's batches put in order of cost level (``levels`` levels of ``budget /
     levels`` each, over-budget batches above them) within each window, rising in even
     windows (counted from the epoch's start, ``first_window`` being the chunk's first)
-    and falling in odd ones; ties by where the batch's first sample was in the
-    permutation (a batch's first sample is its own: the keys differ).
+    and falling in odd ones; ties by where each batch's first sample was in its window
+    of the permutation, ``firsts`` (a batch's first sample is its own: the keys differ).
 
     Returns, in the new order, each batch's shift (its old start minus its new one), its
     size and its new start (local). The same arithmetic in numpy when installed (a few
     thousand batches a chunk, where each torch call costs more than its work) or torch.
     """
     xp: Any = torch if numpy is None else numpy
-    arrays = [t if numpy is None else t.numpy() for t in (costs, starts, sizes, column)]
-    costs_, starts_, sizes_, column_ = arrays
+    arrays = [t if numpy is None else t.numpy() for t in (costs, starts, sizes, firsts)]
+    costs_, starts_, sizes_, firsts_ = arrays
     batch_window = starts_ // window
     level = xp.where(costs_ > budget, levels + 1, costs_ * levels // max(budget, 1))
     odd = (batch_window + first_window) % 2 == 1
     level = xp.where(odd, levels + 1 - level, level)
-    sequence = xp.argsort((batch_window * (levels + 2) + level) * window + column_[starts_])
+    sequence = xp.argsort((batch_window * (levels + 2) + level) * window + firsts_)
     new_sizes = sizes_[sequence]
     new_starts = xp.cumsum(new_sizes, 0) - new_sizes
     found = (starts_[sequence] - new_starts, new_sizes, new_starts)

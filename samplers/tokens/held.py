@@ -20,7 +20,7 @@ import torch
 
 from samplers.optional import numpy
 
-__all__ = ["SCAN_SAMPLES", "HeldLengths"]
+__all__ = ["SCAN_SAMPLES", "HeldLengths", "copy_dtype"]
 
 #: The check reads the lengths this many at a time (so that the sum reads them from the
 #: cache, right after the maximum did).
@@ -32,15 +32,19 @@ _NUMPY_READS = (torch.int32, torch.int64)
 _UNSIGNED_NAMES = {4: "uint32", 8: "uint64"}
 #: Values below this sum in int64 :data:`SCAN_SAMPLES` at a time without overflow.
 _SPLIT_LIMIT = 2**47
-#: Lengths below this are held in int32; a larger one makes the copy int64.
+#: Lengths below this are held in int16 (half the memory a random read of them touches,
+#: which is most of its time); below :data:`_INT32_LIMIT` in int32; else in int64.
+_INT16_LIMIT = 2**15
+#: Lengths below this are held in int32 (or int16); a larger one makes the copy int64.
 _INT32_LIMIT = 2**31
 
 
 class HeldLengths:
     """A caller's lengths (a 1-D CPU integer tensor), checked, and the copy planned from.
 
-    Guarantee: :meth:`owned` is a contiguous copy, int32 (int64 when a length is
-    ``2**31`` or more), that later changes to the caller's tensor never reach. Before the
+    Guarantee: :meth:`owned` is a contiguous copy, in the smallest of int16, int32 and
+    int64 that holds the longest length, that later changes to the caller's tensor never
+    reach (:meth:`widened` is a copy of it in int32 at least, for arithmetic on it). Before the
     copy exists, :meth:`read` gives the lengths at the first chunk's samples from the
     caller's tensor itself, once; every other read is the copy's. The copy is refused
     (``RuntimeError``) unless it agrees with everything planned before it: the sum and
@@ -61,7 +65,7 @@ class HeldLengths:
         #: The largest length (0 for no lengths) and the exact sum.
         self.longest, self.total = _scan(given)
         #: The copy's dtype.
-        self.dtype = torch.int32 if self.longest < _INT32_LIMIT else torch.int64
+        self.dtype = copy_dtype(self.longest)
         self._copy: torch.Tensor | None = None
         # The indices and values of the one read from ``given`` (checked against the copy).
         self._read: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -88,7 +92,7 @@ class HeldLengths:
         return given
 
     def read(self, indices: torch.Tensor) -> torch.Tensor:
-        """The lengths at ``indices`` (int64 tensor), in :attr:`dtype`: from the caller's
+        """The lengths at ``indices`` (int32 or int64), in :attr:`dtype`: from the caller's
         tensor the first time, when the copy does not exist yet; else from the copy."""
         with self._lock:
             given = self.given
@@ -107,11 +111,18 @@ class HeldLengths:
                 self.given, self._read = None, None
             return self._copy
 
+    def widened(self) -> torch.Tensor:
+        """A new copy of :meth:`owned`, in int32 if it is int16 (a tensor to compute with:
+        int16 arithmetic wraps past 32767, and torch compares an int16 tensor with a
+        larger Python int as if it had wrapped it)."""
+        copy = self.owned()
+        return copy.to(torch.int32 if copy.dtype == torch.int16 else copy.dtype, copy=True)
+
     def _copied(self, given: torch.Tensor) -> torch.Tensor:
         copy = torch.empty(self.size, dtype=self.dtype)
         top, total = 0, 0
         # Each part is checked as the caller's values (before the cast, so a value the
-        # int32 copy would wrap is seen), right before copying it (from the cache).
+        # copy's dtype would wrap is seen), right before copying it (from the cache).
         into: Any = copy.numpy() if _numpy_reads(given) else copy
         source: Any = given.numpy() if _numpy_reads(given) else given
         for lo in range(0, self.size, SCAN_SAMPLES):
@@ -155,6 +166,14 @@ class HeldLengths:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+def copy_dtype(longest: int) -> torch.dtype:
+    """The dtype of the copy of lengths whose longest is ``longest``: the smallest of
+    int16, int32 and int64 that holds it."""
+    if longest < _INT16_LIMIT:
+        return torch.int16
+    return torch.int32 if longest < _INT32_LIMIT else torch.int64
 
 
 def _numpy_reads(values: torch.Tensor) -> bool:

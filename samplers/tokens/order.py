@@ -245,6 +245,7 @@ class TokenOrder(Order):
         self.later_windows = max(self.chunk_windows, CHUNK_GROWTH * CHUNK_SAMPLES // window)
         self._spans: OrderedDict[int, Span] = OrderedDict()
         self._starts: dict[int, torch.Tensor] = {}
+        self._aranged: torch.Tensor | None = None  # :meth:`_local`
         #: Held while planning (by this order and by its layouts): one thread plans at a time.
         self.lock = threading.RLock()
 
@@ -261,7 +262,7 @@ class TokenOrder(Order):
             self._own_lengths()
             state = dict(self.__dict__)
         state.pop("permuted", None)
-        state["_spans"], state["_starts"] = OrderedDict(), {}
+        state["_spans"], state["_starts"], state["_aranged"] = OrderedDict(), {}, None
         state.pop("lock", None)
         return state
 
@@ -364,36 +365,44 @@ class TokenOrder(Order):
             return Span(lo, hi, empty, empty)
         if chunk or hi == self.size:  # only a first chunk with more to come reads ``lengths``
             self._own_lengths()
-        indices = self.permuted.between(lo, hi)
-        rows = ceil_div(count, window)
+        # In int32 when they fit: read twice below, and kept in int32.
+        indices = self.permuted.between(lo, hi, narrow=True)
         if self._source is None:
             drawn = self.lengths.index_select(0, indices)
         else:
             drawn = self._source.read(indices)
-        # Longest first within each window (a row); ties keep the permutation order.
-        column = longest_first(drawn, rows, window, count)
-        local = torch.arange(count, dtype=torch.int64)
-        window_start = torch.arange(0, rows * window, window, dtype=torch.int64)
-        source = (column.view(rows, window) + window_start[:, None]).view(-1)[:count]
-        indices = indices.index_select(0, source)
-        lengths = drawn.index_select(0, source).to(torch.int64)
-        column = column[:count]
-        window_end = torch.clamp(window_start + window, max=count)[:, None]
-        window_end = window_end.expand(rows, window).reshape(-1)[:count]
-        indices, lengths, column, starts = self._batches(
-            indices, lengths, column, local, window_end, count
-        )
+        # Where each sample of the sorted windows comes from: longest first within each
+        # window; ties keep the permutation order.
+        source = longest_first(drawn, ceil_div(count, window), window, count)
+        local = self._local(count)
+        arranged, lengths, starts = self._batches(drawn.index_select(0, source), local, count)
+        if arranged is not None:
+            source = source.index_select(0, arranged)
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
+        # Each batch's first sample's place in its window of the permutation.
+        firsts = source.index_select(0, starts) - starts // window * window
         moved, new_sizes, new_starts = by_cost_level(
-            costs, starts, sizes, column, lo // window, window, self._level_budget(), LEVELS
+            costs, starts, sizes, firsts, lo // window, window, self._level_budget(), LEVELS
         )
         # Position q of the new order's batch j is position starts[j'] + (q - new_starts[j])
-        # of the cut order, j' = sequence[j].
-        taken = local + repeat(moved, new_sizes)
+        # of the cut order, j' = sequence[j]; that one holds the permutation's source[...].
+        taken = repeat(moved, new_sizes)
+        taken += local
         dtype = torch.int32 if max(self.size, self.lengths.numel()) < 2**31 else torch.int64
-        ordered = indices.index_select(0, taken).to(dtype)
+        ordered = indices.index_select(0, source.index_select(0, taken)).to(dtype)
         return Span(lo, hi, ordered, new_starts + lo)
+
+    def _local(self, count: int) -> torch.Tensor:
+        """``arange(count)`` (int64, read only): a view of one kept for the order's
+        chunks, when they hold at most :data:`CHUNK_GROWTH` x :data:`CHUNK_SAMPLES`
+        samples (larger windows make larger chunks: theirs is made each time)."""
+        largest = min(max(self.chunk_windows, self.later_windows) * self.window, self.size)
+        if largest > CHUNK_GROWTH * CHUNK_SAMPLES:
+            return torch.arange(count, dtype=torch.int64)
+        if self._aranged is None or self._aranged.numel() < count:
+            self._aranged = torch.arange(max(count, largest), dtype=torch.int64)
+        return self._aranged[:count]
 
     def _own_lengths(self) -> None:
         """Plan from the sampler's own copy of the lengths from now on (if given)."""
@@ -401,18 +410,13 @@ class TokenOrder(Order):
             self.lengths, self._source = self._source.owned(), None
 
     def _batches(
-        self,
-        indices: torch.Tensor,
-        lengths: torch.Tensor,
-        column: torch.Tensor,
-        local: torch.Tensor,
-        window_end: torch.Tensor,
-        count: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A chunk's windows (each sorted longest first) cut into batches: the samples
-        (``indices``, ``lengths``, ``column``: their place in the window's permutation)
-        rearranged within their windows if need be, and the batch starts (local)."""
-        return indices, lengths, column, self._cut(lengths, local, window_end, count)
+        self, lengths: torch.Tensor, local: torch.Tensor, count: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """A chunk's windows, each sorted longest first (``lengths``; ``local`` is
+        ``arange(count)``), cut into batches: how the samples are rearranged within their
+        windows first (positions of ``lengths``; ``None``: not rearranged), the lengths
+        so rearranged, and the batch starts (local, int64)."""
+        return None, lengths, self._cut(lengths, local, count)
 
     def _level_budget(self) -> int:
         """The cost (in the model's units) the :data:`LEVELS` levels divide."""
@@ -423,41 +427,43 @@ class TokenOrder(Order):
         first part holds ``ceil(n / 2)`` samples."""
         return lows + (highs - lows + 1) // 2
 
-    def _cut(
-        self, lengths: torch.Tensor, local: torch.Tensor, window_end: torch.Tensor, count: int
-    ) -> torch.Tensor:
+    def _cut(self, lengths: torch.Tensor, local: torch.Tensor, count: int) -> torch.Tensor:
         """Greedy batch starts (local positions) of the windows of sorted ``lengths``.
 
-        ``after[i]`` is where a batch starting at ``i`` ends. With many windows, every
-        window's chain of batch starts is followed at once, one batch per iteration (as
-        many iterations as the window with the most batches has, never one per sample);
-        with few, the single chain through them is followed in Python.
+        A batch starting at ``i`` ends where its window ends or at ``after[i]``, whichever
+        is first (:func:`~samplers.tokens.arrays.follow`): for the linear padded cost,
+        ``i`` plus a table's batch size for ``lengths[i]``, read at batch starts only.
+        With many windows, every window's chain of batch starts is followed at once, one
+        batch per iteration (as many iterations as the window with the most batches has,
+        never one per sample); with few, the chains are followed in Python.
         """
         budget = self.model.budget(self.max_tokens)
-        each = lengths if self.model.linear else self.model.sample_costs(lengths)
-        if self.model.kind == "padded":
-            # Longest first: a batch starting at i holds max(1, budget // cost[i]) samples.
-            # At most a window's worth, so that ``local + fits`` cannot overflow.
-            longest = int(each.max())
-            budget = min(budget, max(longest, 1) * self.window)
-            if self.model.linear and longest <= count:
-                # Read from a table of every length up to the longest (lengths are at
-                # least 0): one integer division per possible length rather than one per
-                # sample (divisions are slow).
+        window = self.window
+        if self.model.kind == "padded" and self.model.linear:
+            # Longest first: each window's longest is its first, and a batch starting at
+            # i holds max(1, budget // length[i]) samples (at most a window's worth).
+            longest = int(lengths[::window].max())
+            if longest <= count:
+                # From a table of every length up to the longest (lengths are at least
+                # 0): one integer division per possible length rather than one per
+                # sample (divisions are slow), read only where batches start.
+                budget = min(budget, max(longest, 1) * window)
                 costs = torch.clamp(torch.arange(longest + 1), min=1)
-                table = torch.clamp(budget // costs, min=1, max=self.window)
-                fits = table.index_select(0, each)
-            else:
-                fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=self.window)
-            after = torch.minimum(local + fits, window_end)
+                table = torch.clamp(budget // costs, min=1, max=window)
+                return follow(table, count, window, lengths)
+        each = lengths.to(torch.int64) if self.model.linear else self.model.sample_costs(lengths)
+        if self.model.kind == "padded":
+            # A batch starting at i holds max(1, budget // cost[i]) samples; at most a
+            # window's worth, so that ``local + fits`` cannot overflow.
+            budget = min(budget, max(int(each.max()), 1) * window)
+            fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=window)
+            after = local + fits
         else:
             total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
             budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
             reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
-            after = torch.minimum(torch.maximum(reach, local + 1), window_end)
-        # Every window's chain of batch starts, one after the other (after[i] never passes
-        # the window's end), followed one batch at a time.
-        return follow(after, count, self.window)
+            after = torch.maximum(reach, local + 1)
+        return follow(after, count, window)
 
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor

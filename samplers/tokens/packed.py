@@ -137,12 +137,12 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             group=group,
         )
         if window is None:
-            self.window = default_packing_window(self.lengths, self.max_length)
+            self.window = default_packing_window(self._held.owned(), self.max_length)
         self._warn_over_length()
 
     def _warn_over_length(self) -> None:
-        lengths = self.lengths
-        if lengths.numel() == 0 or int(lengths.max()) <= self.max_length:
+        lengths = self._held.owned()
+        if lengths.numel() == 0 or self._held.longest <= self.max_length:
             return
         count = int((lengths > self.max_length).sum())
         longest = int(lengths.argmax())
@@ -167,7 +167,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             if shuffle:
                 checks.shuffle_key_fits(seed, epoch, permutation)
             order = PackedOrder(
-                self.lengths,
+                self._held.owned(),
                 self.max_length,
                 self.rows_per_batch,
                 model,
@@ -201,7 +201,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(dataset length={self.lengths.numel()}, "
+            f"{type(self).__name__}(dataset length={self._held.size}, "
             f"max_length={self.max_length}, rows_per_batch={self.rows_per_batch}, "
             f"num_replicas={self.num_replicas}, rank={self.rank}, shuffle={self.shuffle}, "
             f"seed={self.seed}, tail={self.tail!r}, cost={as_cost(self.cost).label!r}, "

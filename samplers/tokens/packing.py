@@ -143,14 +143,8 @@ class PackedOrder(TokenOrder):
         )
 
     def _batches(
-        self,
-        indices: torch.Tensor,
-        lengths: torch.Tensor,
-        column: torch.Tensor,
-        local: torch.Tensor,
-        window_end: torch.Tensor,
-        count: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, lengths: torch.Tensor, local: torch.Tensor, count: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
         window = self.window
         values: list[int] = lengths.tolist()
         # Each sample's row, numbered across the chunk (a window's rows after the last's).
@@ -175,12 +169,7 @@ class PackedOrder(TokenOrder):
             torch.where(window_first, torch.arange(starts.numel()), 0), dim=0
         ).values
         batch_start = (torch.arange(starts.numel()) - first_row) % self.rows_per_batch == 0
-        return (
-            indices[arranged],
-            lengths[arranged],
-            column[arranged],
-            starts[batch_start],
-        )
+        return arranged, lengths[arranged], starts[batch_start]
 
     def _level_budget(self) -> int:
         # The costliest batch: every row one sample of max_length (for a cost that is at

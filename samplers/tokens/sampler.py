@@ -168,7 +168,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         if self._warns_over_budget and model.linear:
             warn_over_budget(self._held.current, self.max_tokens, self.tail, self._held.longest)
         elif self._warns_over_budget:
-            warn_costly(self.lengths, self.max_tokens, model)
+            warn_costly(self._held.owned(), self.max_tokens, model)
 
     # Plans ----------------------------------------------------------------------------------
 
@@ -221,12 +221,15 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
 
     @property
     def lengths(self) -> torch.Tensor:
-        """The lengths the sampler plans from: its own copy (int32, or int64 when a length
-        is ``2**31`` or more), made when first needed. Before it, the first chunk planned
-        reads its samples' lengths from the caller's int32 or int64 tensor; the copy is
-        refused if the sum, the largest length or those samples' lengths changed in
-        between (see :class:`~samplers.tokens.held.HeldLengths`)."""
-        return self._held.owned()
+        """A copy of the lengths the sampler plans from: int32, or int64 when a length is
+        ``2**31`` or more (changing it changes nothing in the sampler).
+
+        The sampler's own copy (:class:`~samplers.tokens.held.HeldLengths`) is made when
+        first needed, in int16 when every length is below ``2**15``. Before it, the first
+        chunk planned reads its samples' lengths from the caller's int32 or int64 tensor;
+        the copy is refused if the sum, the largest length or those samples' lengths
+        changed in between."""
+        return self._held.widened()
 
     def _dataset_length(self) -> int:
         return self._held.size
@@ -244,7 +247,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         state and :meth:`check_consistent` compare: the same sum in another order is
         another epoch order."""
         if self._length_digest is None:
-            self._length_digest = length_digest(self.lengths)
+            self._length_digest = length_digest(self._held.owned())
         return self._length_digest
 
     def _order_fields(self) -> dict[str, int | str]:

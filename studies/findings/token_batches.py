@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
+from samplers.tokens.held import copy_dtype
 from studies import token_bench
 from studies.findings import Evidence, Finding, Picture, Table
 from studies.findings.wording import count_of, joined
@@ -240,14 +241,16 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         match = bench[(bench["samples"] == size) & (bench["sampler"] == sampler)]
         return str(match.iloc[0][quantity]).split(" ")[0] if len(match) else "-"
 
+    held = copy_dtype(CONTEXT)  # the lengths are truncated to the context
+    held_name = str(held).removeprefix("torch.")
     parts = []
     for size in dict.fromkeys(bench["samples"]):
-        copy = 4 * int(size.replace(",", "")) / 10**6
+        copy = held.itemsize * int(size.replace(",", "")) / 10**6
         parts.append(
             f"at {size} samples ours gave its first batch after {cell(size, OURS, first)} s "
             f"and its last after {cell(size, OURS, whole)} s (planning the epoch as it goes), "
-            f"peaking {cell(size, OURS, peak)} MB above the baseline (its int32 copy of "
-            f"the lengths takes {copy:,.0f} MB); the stock sampler "
+            f"peaking {cell(size, OURS, peak)} MB above the baseline (its {held_name} copy "
+            f"of the lengths takes {copy:,.0f} MB); the stock sampler "
             f"{cell(size, NAMES['stock'], first)} s, {cell(size, NAMES['stock'], whole)} s "
             f"and {cell(size, NAMES['stock'], peak)} MB"
         )
