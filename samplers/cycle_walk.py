@@ -25,8 +25,9 @@ __all__ = ["walk", "walked_domain"]
 #: and small enough that a block's temporaries stay in cache.
 _BLOCK = (1 << 15) - 1
 #: Values still cycle-walking are finished in Python once at most this many remain: a
-#: tensor step has a fixed cost of about forty single-value steps in Python.
-_PYTHON_TAIL = 32
+#: tensor step on a few values costs about as much as seven single-value steps in Python
+#: (26 us against 3.8 us on one thread), and each pass also finds the values still walking.
+_PYTHON_TAIL = 8
 
 
 def blockwise(length: int, part: Callable[[int, int], torch.Tensor]) -> torch.Tensor:

@@ -98,31 +98,37 @@ def _readable(values: torch.Tensor | None) -> Any:
 
 
 def longest_first(lengths: torch.Tensor, rows: int, window: int, count: int) -> torch.Tensor:
-    """The ``count`` positions of ``lengths`` (int64), each window's longest first: the
-    windows are ``rows`` runs of ``window`` positions (the last one shorter, ending at
-    ``count``), each rearranged within itself, ties in position order.
+    """The ``count`` positions of ``lengths`` (int32 below ``2**31``, else int64), each
+    window's longest first: the windows are ``rows`` runs of ``window`` positions (the
+    last one shorter, ending at ``count``), each rearranged within itself, ties in
+    position order.
 
     Lengths up to :data:`RADIX_LONGEST` are sorted as 16-bit keys (numpy's stable sort of
     16-bit integers is a radix sort, several times faster than a comparison sort);
     longer ones, or without numpy, by torch's stable sort (the same order).
     """
+    dtype = torch.int32 if rows * window < 2**31 else torch.int64
     if numpy is not None and count and int(lengths.max()) <= RADIX_LONGEST:
-        keys = numpy.full(rows * window, RADIX_LONGEST, dtype=numpy.uint16)
+        keys = numpy.empty(rows * window, dtype=numpy.uint16)
         # Longest first = smallest key first; a missing cell of the last window (past
         # ``count``) gets the largest key, and comes after any real sample of length 0
         # (stable: it is later in its row), so it is cut off at the end.
+        keys[count:] = RADIX_LONGEST
         values = lengths.numpy()
         if values.dtype == numpy.int16:  # read unsigned (the lengths are not negative)
             values = values.view(numpy.uint16)
         numpy.subtract(RADIX_LONGEST, values, out=keys[:count], casting="unsafe")
         found = numpy.argsort(keys.reshape(rows, window), axis=1, kind="stable")
-        found += numpy.arange(0, rows * window, window, dtype=found.dtype)[:, None]
-        return torch.from_numpy(found.reshape(-1)[:count].astype(numpy.int64, copy=False))
+        # Each window's places made chunk positions, in the narrower dtype in one pass.
+        positions = torch.empty(rows * window, dtype=dtype)
+        offsets = numpy.arange(0, rows * window, window, dtype=found.dtype)[:, None]
+        numpy.add(found, offsets, out=positions.numpy().reshape(rows, window), casting="unsafe")
+        return positions[:count]
     grid = torch.full((rows * window,), -1, dtype=lengths.dtype)
     grid[:count] = lengths
     _, column = torch.sort(grid.view(rows, window), dim=1, descending=True, stable=True)
     column += torch.arange(0, rows * window, window)[:, None]
-    return column.view(-1)[:count]
+    return column.view(-1)[:count].to(dtype)
 
 
 def by_cost_level(

@@ -387,21 +387,23 @@ class TokenOrder(Order):
         )
         # Position q of the new order's batch j is position starts[j'] + (q - new_starts[j])
         # of the cut order, j' = sequence[j]; that one holds the permutation's source[...].
-        taken = repeat(moved, new_sizes)
+        taken = repeat(moved.to(local.dtype), new_sizes)
         taken += local
         dtype = torch.int32 if max(self.size, self.lengths.numel()) < 2**31 else torch.int64
         ordered = indices.index_select(0, source.index_select(0, taken)).to(dtype)
         return Span(lo, hi, ordered, new_starts + lo)
 
     def _local(self, count: int) -> torch.Tensor:
-        """``arange(count)`` (int64, read only): a view of one kept for the order's
-        chunks, when they hold at most :data:`CHUNK_GROWTH` x :data:`CHUNK_SAMPLES`
-        samples (larger windows make larger chunks: theirs is made each time)."""
+        """``arange(count)`` (int32 below ``2**31``, read only): a view of one kept for
+        the order's chunks, when they hold at most :data:`CHUNK_GROWTH` x
+        :data:`CHUNK_SAMPLES` samples (larger windows make larger chunks: theirs is made
+        each time)."""
+        dtype = torch.int32 if count < 2**31 else torch.int64
         largest = min(max(self.chunk_windows, self.later_windows) * self.window, self.size)
         if largest > CHUNK_GROWTH * CHUNK_SAMPLES:
-            return torch.arange(count, dtype=torch.int64)
+            return torch.arange(count, dtype=dtype)
         if self._aranged is None or self._aranged.numel() < count:
-            self._aranged = torch.arange(max(count, largest), dtype=torch.int64)
+            self._aranged = torch.arange(max(count, largest), dtype=torch.int32)
         return self._aranged[:count]
 
     def _own_lengths(self) -> None:
