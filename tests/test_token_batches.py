@@ -173,3 +173,26 @@ def test_the_benchmark_probe_measures_in_a_fresh_process() -> None:
         assert set(measured) == set(token_bench.QUANTITIES)
         first, whole, peak = (measured[quantity] for quantity in token_bench.QUANTITIES)
         assert 0 < first <= whole and peak >= 0
+
+
+def test_the_epoch_against_the_stock_sampler_is_computed_from_the_record() -> None:
+    """The prose's ratios and its quantifier come from the record's medians."""
+    whole = token_bench.QUANTITIES[1]
+
+    def record(pairs: dict[int, tuple[float, float]]) -> dict:
+        rows = [
+            {"sampler": sampler, "size": size, "quantity": whole, "median": median}
+            for size, medians in pairs.items()
+            for sampler, median in zip(("ours", "stock"), medians, strict=True)
+        ]
+        rows.append({"sampler": "ours", "size": 7, "quantity": whole, "median": 1.0})
+        return {"rows": rows}
+
+    every = token_batches._epoch_against_stock(record({10: (1.0, 2.0), 100: (3.0, 4.0)}))
+    assert every == (
+        "Ours' whole epoch over the stock sampler's: 0.50 at 10 and 0.75 at 100 samples "
+        "(shorter at every size)."
+    )
+    some = token_batches._epoch_against_stock(record({10: (1.0, 2.0), 100: (5.0, 4.0)}))
+    assert some.endswith("0.50 at 10 and 1.25 at 100 samples (shorter at 1 of 2 sizes).")
+    assert token_batches._epoch_against_stock(record({})) == ""

@@ -260,14 +260,39 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         for key, name in (("length-grouped", "transformers'"), ("sorted-by-size", "the sort"))
         if cell(size, NAMES[key], first) != "-"
     ]
+    against = _epoch_against_stock(record)
     text += (
         f"\n\nPlanning time and memory were recorded by `python -m studies.token_bench` on "
         f"{machine}, {record['threads']} torch thread per process, rank {record['rank']} of "
         f"{record['world size']}, lognormal lengths, medians over fresh processes (the "
-        "table says how many): " + "; ".join(parts) + ". Samplers that sort the whole "
-        "epoch first give nothing until it is sorted: " + ", ".join(sorting) + "."
+        "table says how many): "
+        + "; ".join(parts)
+        + ". "
+        + (against + " " if against else "")
+        + "Samplers that sort the whole epoch first give nothing until it is sorted: "
+        + ", ".join(sorting)
+        + "."
     )
     return text
+
+
+def _epoch_against_stock(record: dict[str, Any]) -> str:
+    """Ours' whole epoch over the stock sampler's (medians), at each size both were
+    recorded at, and whether it was shorter at all of them, from the record."""
+    whole = token_bench.QUANTITIES[1]
+    medians = {
+        (row["sampler"], row["size"]): row["median"]
+        for row in record["rows"]
+        if row["quantity"] == whole
+    }
+    sizes = [size for sampler, size in medians if sampler == "ours" and ("stock", size) in medians]
+    if not sizes:
+        return ""
+    ratios = [medians["ours", size] / medians["stock", size] for size in sizes]
+    listed = joined([f"{ratio:.2f} at {size:,}" for ratio, size in zip(ratios, sizes, strict=True)])
+    shorter = sum(ratio < 1 for ratio in ratios)
+    where = "every size" if shorter == len(ratios) else f"{shorter} of {len(ratios)} sizes"
+    return f"Ours' whole epoch over the stock sampler's: {listed} samples (shorter at {where})."
 
 
 def steps_ratio(table: pd.DataFrame, other: pd.DataFrame) -> pd.Series:
