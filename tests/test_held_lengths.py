@@ -370,3 +370,25 @@ def test_lengths_held_in_int16_give_the_batches_and_warnings_of_int32(
         assert run(build, torch.int32) == int16[name], name
     assert int16["padded, over budget"][1] and int16["packed, over length"][1]
     assert not int16["padded above 2**15"][1] and not int16["packed above 2**15"][1]
+
+
+@pytest.mark.parametrize("value", [40_000, 70_000, 5 + 2**32, -5])
+def test_a_length_the_first_chunk_reads_changed_past_the_built_ones_is_refused(
+    value: int,
+) -> None:
+    """Changed before the first batch to a length the sampler was not built from (longer
+    than the longest then, which the int16 copy would wrap to -25536 or 4464, or
+    negative), a length the first chunk reads is refused, never planned from."""
+    lengths = torch.full((70_000,), 10, dtype=torch.int64)
+    sampler = DistributedTokenBatchSampler(lengths, 1000, 1, 0, window=1000)
+    assert sampler._held.dtype == torch.int16 and sampler._held.given is not None
+    index = int(sampler.order().permuted.between(0, 1000)[5])
+    lengths[index] = value
+    why = "negative" if value < 0 else r"longer than the longest then \(10\)"
+    with pytest.raises(RuntimeError, match=rf"lengths\[{index}\] = {value} is {why}"):
+        next(iter(sampler))
+    lengths[index] = 10  # changed back: planned as built
+    sampler.set_epoch(0)  # the same epoch again, on purpose
+    assert next(iter(sampler)) == next(
+        iter(DistributedTokenBatchSampler(lengths, 1000, 1, 0, window=1000))
+    )

@@ -93,14 +93,36 @@ class HeldLengths:
 
     def read(self, indices: torch.Tensor) -> torch.Tensor:
         """The lengths at ``indices`` (int32 or int64), in :attr:`dtype`: from the caller's
-        tensor the first time, when the copy does not exist yet; else from the copy."""
+        tensor the first time, when the copy does not exist yet; else from the copy.
+
+        A length read from the caller's tensor that is negative or longer than the
+        longest checked when the sampler was built is refused (``RuntimeError``), as the
+        copy would be: planned from, it could be wrapped by :attr:`dtype`."""
         with self._lock:
             given = self.given
             if self._copy is None and self._read is None and given is not None:
-                values = given.index_select(0, indices).to(self.dtype)
+                read = given.index_select(0, indices)
+                self._check_read(indices, read)
+                values = read.to(self.dtype)
                 self._read = (indices, values)
                 return values
         return self.owned().index_select(0, indices)
+
+    def _check_read(self, indices: torch.Tensor, read: torch.Tensor) -> None:
+        """Refuse lengths read from the caller's tensor that the sampler was not built
+        from: a negative one, or one longer than the longest then."""
+        if read.numel() == 0:
+            return
+        low, high = (int(bound) for bound in torch.aminmax(read))
+        if low >= 0 and high <= self.longest:
+            return
+        where = int(torch.argmin(read) if low < 0 else torch.argmax(read))
+        why = "negative" if low < 0 else f"longer than the longest then ({self.longest})"
+        raise RuntimeError(
+            "lengths changed after the sampler was built (before it made its own copy): "
+            f"lengths[{int(indices[where])}] = {int(read[where])} is {why}; build the "
+            "sampler again from the new lengths"
+        )
 
     def owned(self) -> torch.Tensor:
         """The copy (made now if it does not exist yet)."""

@@ -268,6 +268,7 @@ class TokenOrder(Order):
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_aranged", None)  # not in orders pickled before it
         self.lock = threading.RLock()
 
     @property
