@@ -327,12 +327,13 @@ def test_a_dataloader_with_workers_and_auto_epoch_before_the_copy(small_chunks: 
 
 
 @pytest.mark.parametrize("with_numpy", [True, False])
-def test_lengths_held_in_int16_give_the_batches_and_warnings_of_int32(
+def test_lengths_held_in_int16_give_the_batches_warnings_and_states_of_int32(
     monkeypatch: pytest.MonkeyPatch, small_chunks: None, with_numpy: bool
 ) -> None:
-    """Every token sampler plans the same batches, and warns alike, from lengths held in
-    int16 as from the same lengths held in int32, with budgets above 2**15 (which int16
-    cannot hold: a comparison with them must not wrap) and below it."""
+    """Every token sampler plans the same batches, warns alike and saves the same state
+    (its length digest too) from lengths held in int16 as from the same lengths held in
+    int32, with budgets above 2**15 (which int16 cannot hold: a comparison with them
+    must not wrap) and below it."""
     from samplers import DistributedMixtureTokenBatchSampler, DistributedPackedBatchSampler
     from samplers.tokens import arrays as token_arrays
     from samplers.tokens.cost import TokenCost
@@ -355,14 +356,17 @@ def test_lengths_held_in_int16_give_the_batches_and_warnings_of_int32(
         ),
     }
 
-    def run(build: Any, dtype: torch.dtype) -> tuple[list[list[int]], list[str]]:
+    def run(build: Any, dtype: torch.dtype) -> tuple[Any, ...]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             sampler = build()
             assert sampler._held.dtype == dtype
             sampler.set_epoch(1)
-            batches = list(sampler)
-        return batches, [str(warning.message) for warning in caught]
+            iterator = iter(sampler)
+            first = next(iterator)
+            state = sampler.state_dict()  # mid-epoch: its length digest and position
+            batches = [first, *iterator]
+        return batches, [str(warning.message) for warning in caught], state
 
     int16 = {name: run(build, torch.int16) for name, build in builds.items()}
     monkeypatch.setattr(held, "_INT16_LIMIT", 0)  # held in int32 from here on

@@ -146,6 +146,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         group: groups.Group = None,
     ) -> None:
         self._held = HeldLengths.copied(lengths_tensor(lengths))
+        held = self._held.owned()
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         tail = token_tail(tail)  # the token sampler's tails: no None
         _, sizes = checked_datasets(datasets)
@@ -158,7 +159,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         starts = [sum(sizes[:d]) for d in range(len(sizes))]
         #: Each source's total length (its tokens).
         self.source_tokens = tuple(
-            length_sum(self._held.owned()[start : start + size])
+            length_sum(held[start : start + size])
             for start, size in zip(starts, sizes, strict=True)
         )
         model = as_cost(cost)
@@ -177,10 +178,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
             group,
         )
         self.window = (
-            min(
-                default_window(self._held.owned(), self.max_tokens, self.length_sum),
-                self.epoch_length,
-            )
+            min(default_window(held, self.max_tokens, self.length_sum), self.epoch_length)
             if window is None
             else checks.positive("window", window)
         )
@@ -189,9 +187,9 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         self._warned_unequal = False
         self._length_digest: str | None = None
         if model.linear:
-            warn_over_budget(self._held.owned(), self.max_tokens, self.tail)
+            warn_over_budget(held, self.max_tokens, self.tail, self._held.longest)
         else:
-            warn_costly(self._held.owned(), self.max_tokens, model)
+            warn_costly(held, self.max_tokens, model)
 
     # Weights in tokens --------------------------------------------------------------------
 

@@ -396,15 +396,14 @@ class TokenOrder(Order):
 
     def _local(self, count: int) -> torch.Tensor:
         """``arange(count)`` (int32 below ``2**31``, read only): a view of one kept for
-        the order's chunks, when they hold at most :data:`CHUNK_GROWTH` x
-        :data:`CHUNK_SAMPLES` samples (larger windows make larger chunks: theirs is made
-        each time)."""
-        dtype = torch.int32 if count < 2**31 else torch.int64
+        the order's chunks (every chunk holds at most ``largest`` samples), when they
+        hold at most :data:`CHUNK_GROWTH` x :data:`CHUNK_SAMPLES` samples (larger windows
+        make larger chunks: theirs is made each time)."""
         largest = min(max(self.chunk_windows, self.later_windows) * self.window, self.size)
         if largest > CHUNK_GROWTH * CHUNK_SAMPLES:
-            return torch.arange(count, dtype=dtype)
-        if self._aranged is None or self._aranged.numel() < count:
-            self._aranged = torch.arange(max(count, largest), dtype=torch.int32)
+            return torch.arange(count, dtype=torch.int32 if count < 2**31 else torch.int64)
+        if self._aranged is None:
+            self._aranged = torch.arange(largest, dtype=torch.int32)
         return self._aranged[:count]
 
     def _own_lengths(self) -> None:

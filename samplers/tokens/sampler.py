@@ -112,9 +112,9 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
             permutation is computed a chunk of windows at a time, so the first batch
             comes at once at any dataset size and the order costs no memory) or
             ``"randperm"`` (``torch.randperm`` drawn whole at the first batch, 4 bytes
-            per sample; planning the whole epoch then took about as long at 10**6
-            samples and 7% less time at 10**7, rank 7 of 8 on one thread, medians of 7
-            runs in one process, alternating the two).
+            per sample; planning the whole epoch then took 10-15% longer at 10**6
+            samples and 2-6% less time at 10**7, rank 7 of 8 on one thread, medians of 7
+            runs in one process, alternating the two, in two processes).
         group: the data-parallel group to shard over (a ``ProcessGroup`` or a 1-D
             ``DeviceMesh``); default: the default process group.
     """
