@@ -1,7 +1,8 @@
-"""The cost finding's numbers are the same on every run: fresh interpreters (each with
-its own hash seed) without address-space randomisation (Linux), CPython's type cache
-emptied before tracing, and the median of several, so one odd process cannot move a
-number."""
+"""The cost finding's numbers are the same on every run: fresh interpreters without
+address-space randomisation (Linux) and with CPython's type cache emptied before tracing
+measure the same bytes for the same hash seed; across hash seeds a cell can move by a few
+dozen bytes, so each number is the median of several interpreters, each with its own
+hash seed, which two odd ones cannot move."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_every_number_is_the_median_of_its_processes(monkeypatch: pytest.MonkeyP
     runs = iter([row(7), row(3), row(5)])
     monkeypatch.setattr(cost, "_fresh_rows", lambda sizes, seed: next(runs))
     assert cost.measure_in_fresh_process(SIZES, processes=3)[0]["heap held at first index"] == 5
-    assert cost.PROCESSES >= 3
+    assert cost.PROCESSES >= 5  # two odd processes cannot move a median
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="setarch is Linux's")
@@ -44,12 +45,24 @@ def test_the_fresh_interpreters_run_without_address_randomisation() -> None:
     assert command[-2:] == ["100", "300"]
 
 
+#: Bytes a hash seed may move a heap cell by (67 seen: see cost.measure_in_fresh_process).
+HASH_SEED_BYTES = 256
+HEAP = ("heap peak to first index", "heap held at first index", "heap peak over the epoch")
+
+
 @pytest.mark.timeout(600)
-def test_repeated_measurements_of_the_small_sizes_are_identical() -> None:
-    """Bounded: fresh interpreters with 4 hash seeds at the sizes where ours' heap held at
-    the first index once moved by 67 bytes with the seed (and the checkout's path)."""
-    first, *others = (cost._fresh_rows((10, *SIZES), seed) for seed in range(4))
+def test_the_same_hash_seed_measures_the_same_bytes_and_others_nearly_so() -> None:
+    """Bounded: fresh interpreters at the small sizes, where a cell once moved with the
+    hash seed and the checkout's path. The same seed twice: equal to the byte. Other
+    seeds: tensor bytes equal, heap bytes within :data:`HASH_SEED_BYTES`."""
+    sizes = (10, *SIZES)
+    first, again, *others = (cost._fresh_rows(sizes, seed) for seed in (1, 1, 0, 2, 3))
     assert [row["dataset size"] for row in first] == [10, 10, 100, 100, 300, 300]
     assert all(row["heap held at first index"] > 0 for row in first)
+    assert again == first
     for rows in others:
-        assert rows == first
+        for row, other in zip(rows, first, strict=True):
+            exact = {key: value for key, value in row.items() if key not in HEAP}
+            assert exact == {key: value for key, value in other.items() if key not in HEAP}
+            for key in HEAP:
+                assert abs(row[key] - other[key]) <= HASH_SEED_BYTES, (key, row, other)

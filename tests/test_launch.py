@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -77,12 +78,37 @@ def _raise_after_starting_workers(payload: tuple[int, str]) -> None:
     )
     iterator = iter(loader)
     next(iterator)
-    pids = [os.getpid(), *(worker.pid for worker in iterator._workers)]  # type: ignore[attr-defined]
+    workers = [worker.pid for worker in iterator._workers]  # type: ignore[attr-defined]
+    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    pids = [os.getpid(), server, *workers]
     Path(directory, f"rank-{rank}").write_text(" ".join(map(str, pids)))
     dist.barrier()  # every rank has written its pids
     if rank == failing:
         raise ValueError(f"rank {rank} fails on purpose")
     dist.barrier()
+
+
+class _ParentPids(torch.utils.data.Dataset[int]):
+    """Each item is the pid of the process that started the worker fetching it."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        return os.getppid()
+
+
+def _worker_parents(_: object) -> dict[str, object]:
+    """Who started this rank's DataLoader workers, after a collective has just finished
+    (when forking the rank could copy a lock held by gloo's thread)."""
+    dist.all_reduce(torch.ones(1))
+    loader = torch.utils.data.DataLoader(_ParentPids(), batch_size=2, num_workers=2)
+    parents = {int(pid) for batch in loader for pid in batch}
+    return {
+        "rank": os.getpid(),
+        "server": multiprocessing.forkserver._forkserver._forkserver_pid,  # type: ignore[attr-defined]
+        "parents": sorted(parents),
+    }
 
 
 def _tcp_endpoints(_: object) -> list[tuple[str, str]]:
@@ -165,6 +191,20 @@ def test_ranks_take_world_size_and_rank_from_the_gloo_group() -> None:
         assert result["sum"] == 1 + 2 + 3  # a real all_reduce across the three ranks
     assert len({r["pid"] for r in results}) == 3
     assert os.getpid() not in {r["pid"] for r in results}
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_dataloader_workers_come_from_the_rank_s_own_fork_server() -> None:
+    """Never forked from the rank: see local_ranks' docstring (a worker forked while gloo's
+    thread held CPython's runtime lock deadlocked before running any Python)."""
+    results = launch(_worker_parents, None, 2, timeout=LAUNCH_TIMEOUT)
+
+    servers = [result["server"] for result in results]
+    assert None not in servers and len(set(servers)) == 2  # one server per rank
+    for result in results:
+        assert result["parents"] == [result["server"]]
+        assert result["server"] != result["rank"]
 
 
 @pytest.mark.processes
@@ -263,7 +303,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_nothing_is_left(
     assert "rank 1 of world_size=3 raised" in str(failure.value)
     assert elapsed < LAUNCH_TIMEOUT / 2  # reported when it happens, not at the deadline
     pids = [int(pid) for f in sorted(tmp_path.iterdir()) for pid in f.read_text().split()]
-    assert len(pids) == 3 * 3  # every rank and its two workers were running
+    assert len(pids) == 3 * 4  # every rank, its fork server and two workers were running
     assert [pid for pid in pids if _left_running(pid)] == []
 
 

@@ -8,15 +8,19 @@ instead of hanging it.
 from __future__ import annotations
 
 import json
+import multiprocessing.forkserver
 import subprocess
 import sys
 
 import pytest
+import torch.distributed as dist
 from torchrun_runs import ROOT, TORCHRUN_TIMEOUT
 from torchrun_runs import torchrun as run_torchrun
 
 from studies.cases import Case
 from studies.cli import main
+from studies.distributed import torchrun as torchrun_ranks
+from studies.distributed.local_ranks import WORKER_PRELOAD
 from studies.distributed.torchrun import ENVIRONMENT
 from studies.simulate import simulate
 from studies.summary import summarize
@@ -78,6 +82,26 @@ def test_a_failing_rank_fails_the_job_with_its_error() -> None:
     # torchrun's summary names the rank and shows its traceback (recorded by the rank).
     assert "rank      : 1 (local_rank: 1)" in done.stderr
     assert "OSError: rank 1 cannot read sample" in done.stderr
+
+
+def test_a_torchrun_rank_starts_its_dataloader_workers_from_a_fork_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not by forking the rank (see studies.distributed.local_ranks): the group is faked."""
+    for name, value in zip(ENVIRONMENT, ("0", "1", "127.0.0.1", "29500"), strict=True):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torchrun_ranks, "backend", lambda: "gloo")
+    for name in ("init_process_group", "barrier", "destroy_process_group"):
+        monkeypatch.setattr(dist, name, lambda *args, **kwargs: None)
+    server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
+    monkeypatch.setattr(server, "_preload_modules", server._preload_modules)  # restored
+    previous = multiprocessing.get_start_method(allow_none=True)
+    try:
+        with torchrun_ranks.process_group():
+            assert multiprocessing.get_start_method() == "forkserver"
+            assert server._preload_modules == list(WORKER_PRELOAD)
+    finally:
+        multiprocessing.set_start_method(previous, force=True)
 
 
 def test_observe_outside_torchrun_says_how_to_start_it(

@@ -25,13 +25,20 @@ group, no store; OpenBLAS's idle pool is fork-safe through its ``pthread_atfork`
 handlers), and each rank is forked from that clean state in milliseconds. The gloo group
 is created in the rank, after the fork, so no gloo state is ever shared.
 
-DataLoader workers start with the platform's default method, as in a training script
-that torchrun started (``fork`` on Linux before Python 3.14). A process started from a
-context inherits that context as its default, so each rank resets it; otherwise every
-rank would start its own fork server and each worker would re-import the main module.
-Forking a worker from a rank whose gloo threads are running is what every Linux DDP job
-does, and is safe: the worker keeps only the forking thread, never touches the process
-group, and torch re-creates its thread pools in forked children.
+**DataLoader workers start from a fork server too**, each rank's own
+(:func:`start_workers_from_a_fork_server`, which torchrun's ranks call as well), not by
+forking the rank. Forking a rank whose gloo group is running is not safe: when a
+collective finishes, gloo's worker thread releases the tensors it held, and torch takes
+the GIL for that from a new Python thread state, briefly holding CPython's runtime lock
+without the GIL. A fork at that instant copies the lock held, and on CPython before the
+fix of python/cpython#112275 (this machine's 3.11.7 has it) the worker deadlocks in
+``PyOS_AfterFork_Child`` before running any Python: its rank waits for a batch forever
+and its peers in their next collective. A Lightning test hung so, in CI and in a
+loop of runs here (seen with ``gdb``: the worker waiting on that lock in
+``_PyThreadState_DeleteExcept``, gloo's thread entering ``PyThreadState_New``). The
+workers yield the same batches either way: the sampler runs in the rank, and a worker
+only fetches the indices it is sent. The rank's fork server imports
+:data:`WORKER_PRELOAD` once, so a worker does not import torch again.
 
 **Rendezvous.** The parent hosts the ``TCPStore`` on a port the OS picks (binding port
 0), as torchrun's agent does, and ranks connect to it as clients. The port is bound for
@@ -73,12 +80,14 @@ __all__ = [
     "HOST",
     "JOIN_ATTEMPTS",
     "START_METHOD",
+    "WORKER_PRELOAD",
     "JoinFailed",
     "LaunchError",
     "LaunchTimeout",
     "RankFailed",
     "launch",
     "serve_store",
+    "start_workers_from_a_fork_server",
 ]
 
 HOST = "127.0.0.1"
@@ -91,6 +100,8 @@ PRELOAD = (
     "studies.simulate",
     "studies.distributed.local_ranks",
 )
+#: Imported once by each rank's own fork server, from which its DataLoader workers start.
+WORKER_PRELOAD = ("torch", "studies.simulate")
 #: Seconds a whole launch may take (start-up, rendezvous, work and exit) by default.
 DEFAULT_TIMEOUT = 120.0
 #: Launches tried when the ranks fail only while joining the group (see the docstring).
@@ -428,9 +439,7 @@ def _rank_main(
 
 def _join(setup: _RankSetup) -> None:
     """Set the rank up and join the gloo group through the parent's store."""
-    # Undo the inherited forkserver default: DataLoader workers start as in a fresh
-    # training script (see the module docstring).
-    multiprocessing.set_start_method(None, force=True)
+    start_workers_from_a_fork_server()
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     timeout = timedelta(seconds=setup.timeout)
@@ -438,6 +447,16 @@ def _join(setup: _RankSetup) -> None:
     dist.init_process_group(
         "gloo", store=store, rank=setup.rank, world_size=setup.world_size, timeout=timeout
     )
+
+
+def start_workers_from_a_fork_server() -> None:
+    """Make the processes this one starts by default (DataLoader workers) come from a fork
+    server of its own that has imported :data:`WORKER_PRELOAD`, never from a fork of this
+    process. For a rank, before it joins its group: see the module docstring for why.
+    The server starts with the first such process.
+    """
+    multiprocessing.set_start_method(START_METHOD, force=True)
+    multiprocessing.set_forkserver_preload(list(WORKER_PRELOAD))
 
 
 def _work(work: Callable[[Any], Any], payload: Any) -> Any:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from studies.cases import Case
 from studies.distributed.case_runs import Run, observe_on_rank
+from studies.distributed.local_ranks import start_workers_from_a_fork_server
 from studies.distributed.versus_simulation import Agreement, agreement
 from studies.simulate import tidy_rows
 
@@ -87,11 +88,14 @@ def process_group(timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
     the network when the environment lacks :data:`ENVIRONMENT`. With ``nccl`` the rank
     uses GPU ``LOCAL_RANK``. The group is destroyed when the block ends normally; after
     an error it is left to the process's exit, since a group whose peers failed may block
-    in teardown.
+    in teardown. DataLoader workers the rank starts come from a fork server of its own
+    (:func:`~studies.distributed.local_ranks.start_workers_from_a_fork_server`: forking a
+    rank whose gloo group runs can deadlock the worker).
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     require_environment()
+    start_workers_from_a_fork_server()
     chosen = backend()
     if chosen == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -36,8 +36,8 @@ RANK = WORLD_SIZE - 1
 IMPLEMENTATIONS: tuple[Implementation, ...] = ("torch", "samplers")
 
 _MIB = 2**20
-#: Fresh processes measured; each number is their median.
-PROCESSES = 3
+#: Fresh processes measured, each with its own hash seed; each number is their median.
+PROCESSES = 5
 
 
 def sampler(dataset_size: int, implementation: Implementation) -> object:
@@ -80,16 +80,15 @@ def measure_in_fresh_process(
     ``k``; each number is the median over them.
 
     Python's free lists, arenas and caches depend on everything the process did before,
-    which moves tracemalloc's numbers by a few dozen bytes; a fresh interpreter that has
-    only imported this module measures the same bytes every time, with one more condition
-    :func:`~studies.findings.memory.python_heap` sees to (it empties CPython's type
-    attribute cache first). Before it did, one cell (ours' heap held at the first index,
-    at 10 or 100 samples) came out 67 bytes lower in some interpreters, depending on the
-    hash seed and on the path of the checkout: 2 of 16 hash seeds at one path, none at
-    another. So a report regenerated in a fresh clone could differ from the committed
-    one. The interpreters also run without address-space randomisation where Linux's
-    ``setarch -R`` allows it, and the median of :data:`PROCESSES` of them, each with its
-    own hash seed, is kept, so that one odd process cannot move a number.
+    which moves tracemalloc's numbers by a few dozen bytes. A fresh interpreter that has
+    only imported this module, run without address-space randomisation where Linux's
+    ``setarch -R`` allows it, measures the same bytes every time it runs with the same hash
+    seed; :func:`~studies.findings.memory.python_heap` also empties CPython's type
+    attribute cache first. Across hash seeds a cell can still differ: ours' heap held at
+    the first index (300 samples) came out 67 bytes lower with one hash seed of four, at
+    one checkout path of the eight tried, and which cell and which paths change with the
+    code. So each number is the median of :data:`PROCESSES` interpreters, each with its
+    own hash seed: two odd interpreters cannot move it.
     """
     rows = [_fresh_rows(sizes, hash_seed) for hash_seed in range(processes)]
     first = rows[0]
