@@ -12,7 +12,7 @@ NAME = "real-processes"
 TITLE = "Simulation vs real processes, batch by batch and rank by rank"
 GUARDED_BY = "tests/test_real_processes.py::test_real_processes_match_simulation"
 #: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
-SECONDS = 25
+SECONDS = 40
 SLOW = True
 
 
