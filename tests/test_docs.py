@@ -198,12 +198,13 @@ def test_every_check_has_exactly_one_block() -> None:
 
 def shims(directory: Path) -> dict[str, str]:
     """An environment whose ``python``, ``dsampler`` and ``torchrun`` are this interpreter
-    with this checkout, whatever ``.venv/bin`` holds."""
+    with this checkout, whatever ``.venv/bin`` holds (``torchrun`` retried once when its
+    ranks fail to form their group, as in the other torchrun tests)."""
     directory.mkdir()
     commands = {
         "python": "",
         "dsampler": "-m studies.console",
-        "torchrun": "-m torch.distributed.run",
+        "torchrun": f'"{ROOT / "tests" / "torchrun_runs.py"}"',  # retries joining failures
     }
     for name, module in commands.items():
         shim = directory / name

@@ -454,6 +454,32 @@ def test_torchrun_runs_are_retried_once_on_joining_failures_only(
     assert torchrun_runs.torchrun("script.py", processes=2).returncode == (0 if retried else 1)
 
 
+@pytest.mark.parametrize(
+    ("stderr", "retried"), [(_MESH, True), (f"{_MESH}\nAssertionError", False)]
+)
+def test_the_documentation_s_torchrun_is_retried_the_same_way(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stderr: str,
+    retried: bool,
+) -> None:
+    import torchrun_runs
+
+    commands: list[list[str]] = []
+    results = iter([(1, "first\n", stderr), (0, "second\n", "")])
+
+    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+        commands.append(command)
+        return subprocess.CompletedProcess(command, *next(results))
+
+    monkeypatch.setattr(torchrun_runs, "_run_here", run)
+    code = torchrun_runs.main(["--nproc-per-node", "2", "script.py"])
+    out, err = capsys.readouterr()
+    assert commands[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "script.py"]
+    assert len(commands) == (2 if retried else 1)
+    assert (code, out, err) == ((0, "second\n", "") if retried else (1, "first\n", stderr))
+
+
 # --- arguments (no processes) -----------------------------------------------------------
 
 

@@ -9,7 +9,9 @@ process group is killed, so a regression fails the test instead of hanging it.
 The rendezvous port is chosen and held by torchrun itself (``--standalone`` binds port 0
 and keeps the socket). On a loaded machine gloo's mesh between the ranks can still fail
 to form ("connectFullMesh failed ... Connection closed by peer"): a run that failed with
-such a message (:func:`failed_joining`), and with no assertion, is run once more.
+such a message (:func:`failed_joining`), and with no assertion, is run once more. The
+documentation's bash blocks call ``torchrun`` through this file too (``python
+tests/torchrun_runs.py <torchrun's arguments>``, see :func:`main`), with the same retry.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -62,8 +64,15 @@ def torchrun(
     command += ["--nproc-per-node", str(processes), *arguments]
     variables = {key: value for key, value in os.environ.items() if key not in VARIABLES}
     variables.update(GLOO_SOCKET_IFNAME=loopback(), PYTHONPATH=str(ROOT), **(environment or {}))
+    return _retried(lambda: _run(command, cwd, variables, timeout))
+
+
+def _retried(
+    run: Callable[[], subprocess.CompletedProcess[str]],
+) -> subprocess.CompletedProcess[str]:
+    """``run()``, once more when it failed joining the group (:func:`failed_joining`)."""
     for attempt in range(1, ATTEMPTS + 1):
-        done = _run(command, cwd, variables, timeout)
+        done = run()
         if done.returncode == 0 or attempt == ATTEMPTS or not failed_joining(done.stderr):
             return done
     raise AssertionError("unreachable")  # pragma: no cover
@@ -95,3 +104,23 @@ def _run(
         process.communicate()
         pytest.fail(f"{' '.join(command[3:])} ran past {timeout} s")
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _run_here(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """``command`` in this process's directory, environment and process group (a caller
+    that kills its group on a time-out kills the ranks too)."""
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def main(arguments: Sequence[str]) -> int:
+    """``torchrun <arguments>`` here, retried as :func:`torchrun` retries; prints what the
+    run kept (its output, after it ends) and returns its exit code."""
+    command = [sys.executable, "-m", "torch.distributed.run", *arguments]
+    done = _retried(lambda: _run_here(command))
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
