@@ -59,7 +59,8 @@ def test_the_same_hash_seed_measures_the_same_bytes_and_others_nearly_so() -> No
     first, again, *others = (cost._fresh_rows(sizes, seed) for seed in (1, 1, 0, 2, 3))
     assert [row["dataset size"] for row in first] == [10, 10, 100, 100, 300, 300]
     assert all(row["heap held at first index"] > 0 for row in first)
-    assert again == first
+    if cost._command(sizes)[0] != sys.executable:  # the same layout needs setarch -R
+        assert again == first
     for rows in others:
         for row, other in zip(rows, first, strict=True):
             exact = {key: value for key, value in row.items() if key not in HEAP}

@@ -29,7 +29,6 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import warnings
@@ -41,7 +40,7 @@ from pathlib import Path
 
 import pytest
 from torch.utils.data.distributed import DistributedSampler as StockSampler
-from torchrun_runs import VARIABLES, loopback, torchrun
+from torchrun_runs import VARIABLES, kill_tree, loopback, torchrun
 
 import samplers.batch_sampler
 import samplers.feistel
@@ -236,7 +235,7 @@ def run_bash(block: Block, directory: Path) -> str:
     try:
         out, err = process.communicate(timeout=BLOCK_TIMEOUT)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        kill_tree(process.pid)
         process.communicate()
         pytest.fail(f"{block.id} ran past {BLOCK_TIMEOUT} s")
     assert process.returncode == 0, f"{block.id}:\n{out[-2000:]}\n{err[-3000:]}"

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -111,6 +112,19 @@ def _worker_parents(_: object) -> dict[str, object]:
     }
 
 
+_KEPT: list[object] = []
+
+
+def _workers_kept_at_the_end(_: object) -> list[int]:
+    """Persistent workers whose iterator is still referenced when the rank ends."""
+    loader = torch.utils.data.DataLoader(range(8), num_workers=2, persistent_workers=True)
+    iterator = iter(loader)
+    next(iterator)
+    _KEPT.append(iterator)
+    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    return [server, *(worker.pid for worker in iterator._workers)]  # type: ignore[attr-defined]
+
+
 def _tcp_endpoints(_: object) -> list[tuple[str, str]]:
     """(local, remote) hex addresses of this rank's TCP sockets, from /proc (Linux)."""
     inodes = set()
@@ -205,6 +219,19 @@ def test_dataloader_workers_come_from_the_rank_s_own_fork_server() -> None:
     for result in results:
         assert result["parents"] == [result["server"]]
         assert result["server"] != result["rank"]
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_a_rank_that_ends_leaves_no_fork_server_or_worker_running() -> None:
+    """Its DataLoader iterator is never shut down, and workers from a fork server outlive a
+    rank that dies without multiprocessing's exit handler (see local_ranks' docstring)."""
+    pids = [pid for result in launch(_workers_kept_at_the_end, None, 2) for pid in result]
+    assert len(pids) == 2 * 3
+    deadline = time.monotonic() + 30  # the workers check their parent every 5 s
+    while (running := [pid for pid in pids if _left_running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running == []
 
 
 @pytest.mark.processes
@@ -478,6 +505,38 @@ def test_the_documentation_s_torchrun_is_retried_the_same_way(
     assert commands[0][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "script.py"]
     assert len(commands) == (2 if retried else 1)
     assert (code, out, err) == ((0, "second\n", "") if retried else (1, "first\n", stderr))
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_torchrun_run_is_killed_with_the_ranks_in_their_own_sessions() -> None:
+    """torchrun starts each rank with start_new_session=True, outside the run's group."""
+    import psutil
+    import torchrun_runs
+
+    script = (  # an 'agent' with one 'rank' in its own session and one in its group
+        "import subprocess, time\n"
+        "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "subprocess.Popen(['sleep', '300'])\n"
+        "time.sleep(300)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+
+    def outside(process: psutil.Process) -> bool:
+        with contextlib.suppress(ProcessLookupError):
+            return os.getsid(process.pid) != run.pid
+        return False
+
+    deadline = time.monotonic() + 30
+    below = psutil.Process(run.pid).children(recursive=True)
+    try:
+        while len(below) < 2 or not any(outside(process) for process in below):
+            assert time.monotonic() < deadline, "the test's processes did not start"
+            time.sleep(0.05)
+            below = psutil.Process(run.pid).children(recursive=True)
+    finally:
+        torchrun_runs.kill_tree(run.pid)
+    run.wait(timeout=10)
+    assert [p.pid for p in below if _left_running(p.pid)] == []
 
 
 # --- arguments (no processes) -----------------------------------------------------------

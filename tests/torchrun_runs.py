@@ -3,8 +3,9 @@
 ``python -m torch.distributed.run`` (the module torchrun's script runs) with
 ``--standalone``, which rendezvous on localhost with a free port, gloo's sockets on the
 loopback interface, and this checkout first on the path. The variables a surrounding
-torchrun job would have set are removed. On expiry of the wall-clock limit the whole
-process group is killed, so a regression fails the test instead of hanging it.
+torchrun job would have set are removed. On expiry of the wall-clock limit the run's
+process group and every process under it are killed (:func:`kill_tree`: torchrun starts
+each rank in a session of its own), so a regression fails the test instead of hanging it.
 
 The rendezvous port is chosen and held by torchrun itself (``--standalone`` binds port 0
 and keeps the socket). On a loaded machine gloo's mesh between the ranks can still fail
@@ -16,6 +17,7 @@ tests/torchrun_runs.py <torchrun's arguments>``, see :func:`main`), with the sam
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -25,6 +27,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
 import pytest
 
 from studies.distributed.torchrun import ENVIRONMENT
@@ -95,20 +98,34 @@ def _run(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group, to kill the ranks with it
+        start_new_session=True,  # its own process group
     )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        kill_tree(process.pid)
         process.communicate()
         pytest.fail(f"{' '.join(command[3:])} ran past {timeout} s")
     return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL process group ``pid`` and every process under ``pid``: torchrun starts each
+    rank in a session of its own, outside the group, and a rank left running would keep
+    the run's output pipes open."""
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        below = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    for process in below:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
 def _run_here(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """``command`` in this process's directory, environment and process group (a caller
-    that kills its group on a time-out kills the ranks too)."""
+    """``command`` in this process's directory and environment, its output captured."""
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
@@ -119,7 +136,8 @@ def main(arguments: Sequence[str]) -> int:
     done = _retried(lambda: _run_here(command))
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
-    return done.returncode
+    # Killed by a signal: the status a shell gives (exec'ing torchrun gave the same).
+    return done.returncode if done.returncode >= 0 else 128 - done.returncode
 
 
 if __name__ == "__main__":

@@ -10,9 +10,14 @@ returns each rank's result, or raises:
 * :class:`LaunchTimeout` when the ranks have not all answered within ``timeout``.
 
 Either way, before the exception leaves :func:`launch`, every rank's process group (the
-rank and any DataLoader worker it started) has been sent SIGKILL and every rank has been
-joined. Workers are the ranks' children, not ours: they cannot run another instruction
-once SIGKILL is pending, and init reaps them.
+rank, its fork server and the DataLoader workers started from it) has been sent SIGKILL
+and every rank has been joined. The server and the workers are the rank's descendants,
+not ours: they cannot run another instruction once SIGKILL is pending, and init reaps
+them. A rank that ends normally leaves none running: on exit, multiprocessing terminates
+its daemonic children (the workers), and then its server sees it gone. A rank that dies
+without that (``os._exit``, a crash) would leave them running, since its workers hold
+copies of the pipe by which the server sees the rank gone (seen); every failure path
+kills the group.
 
 **Start method: forkserver.** ``fork`` would copy the calling process as it is: its
 threads' locks in whatever state they happen to be (torch's and OpenBLAS's thread pools,
@@ -38,7 +43,8 @@ loop of runs here (seen with ``gdb``: the worker waiting on that lock in
 ``_PyThreadState_DeleteExcept``, gloo's thread entering ``PyThreadState_New``). The
 workers yield the same batches either way: the sampler runs in the rank, and a worker
 only fetches the indices it is sent. The rank's fork server imports
-:data:`WORKER_PRELOAD` once, so a worker does not import torch again.
+:data:`WORKER_PRELOAD` once (about a second per rank that starts workers, measured), so a
+worker does not import torch again.
 
 **Rendezvous.** The parent hosts the ``TCPStore`` on a port the OS picks (binding port
 0), as torchrun's agent does, and ranks connect to it as clients. The port is bound for
@@ -399,7 +405,8 @@ def _reap(ranks: list[_Rank], world_size: int, deadline: float, timeout: float) 
 
 
 def _kill(ranks: list[_Rank]) -> None:
-    """SIGKILL every rank's process group (the rank and its DataLoader workers), reap."""
+    """SIGKILL every rank's process group (the rank, its fork server and its DataLoader
+    workers), reap the ranks."""
     for entry in ranks:
         pid = entry.process.pid
         if pid is None:

@@ -88,9 +88,11 @@ def process_group(timeout: float = DEFAULT_TIMEOUT) -> Iterator[str]:
     the network when the environment lacks :data:`ENVIRONMENT`. With ``nccl`` the rank
     uses GPU ``LOCAL_RANK``. The group is destroyed when the block ends normally; after
     an error it is left to the process's exit, since a group whose peers failed may block
-    in teardown. DataLoader workers the rank starts come from a fork server of its own
-    (:func:`~studies.distributed.local_ranks.start_workers_from_a_fork_server`: forking a
-    rank whose gloo group runs can deadlock the worker).
+    in teardown. It also makes ``forkserver`` this process's default start method, for
+    good (:func:`~studies.distributed.local_ranks.start_workers_from_a_fork_server`:
+    forking a rank whose gloo group runs can deadlock the worker), so DataLoader workers,
+    and any other process started without a context, come from a fork server of its own;
+    the caller's ``__main__`` must then be safe to import.
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")

@@ -160,8 +160,9 @@ def verification_runs() -> list[tuple[str, Run]]:
     for world_size in range(1, 9):
         for i, (drop_last, loader_drop_last) in enumerate(flags):
             k = len(flags) * (world_size - 1) + i
-            # Workers cost ~0.1 s per rank and epoch, so only one run in four uses them:
-            # per world size, one configuration with each sampler.
+            # Workers cost ~0.1 s per rank and epoch, and a rank that starts any also
+            # starts its fork server (~1 s, see local_ranks), so only one run in four
+            # uses them: per world size, one configuration with each sampler.
             with_workers = "torch" if i < 2 else "samplers"
             for implementation in ("torch", "samplers"):
                 case = _grid_case(k, world_size, drop_last, loader_drop_last, implementation)
