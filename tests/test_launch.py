@@ -65,6 +65,12 @@ def _placement(_: object) -> dict[str, object]:
     }
 
 
+def _server_pid() -> int | None:
+    """The pid of the fork server this process started its workers from (None: none)."""
+    pid: int | None = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    return pid
+
+
 def _raise_after_starting_workers(payload: tuple[int, str]) -> None:
     """Every rank starts persistent DataLoader workers and records all pids; then one raises.
 
@@ -80,8 +86,7 @@ def _raise_after_starting_workers(payload: tuple[int, str]) -> None:
     iterator = iter(loader)
     next(iterator)
     workers = [worker.pid for worker in iterator._workers]  # type: ignore[attr-defined]
-    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    pids = [os.getpid(), server, *workers]
+    pids = [os.getpid(), _server_pid(), *workers]
     Path(directory, f"rank-{rank}").write_text(" ".join(map(str, pids)))
     dist.barrier()  # every rank has written its pids
     if rank == failing:
@@ -107,7 +112,7 @@ def _worker_parents(_: object) -> dict[str, object]:
     parents = {int(pid) for batch in loader for pid in batch}
     return {
         "rank": os.getpid(),
-        "server": multiprocessing.forkserver._forkserver._forkserver_pid,  # type: ignore[attr-defined]
+        "server": _server_pid(),
         "parents": sorted(parents),
     }
 
@@ -121,8 +126,7 @@ def _workers_kept_at_the_end(_: object) -> list[int]:
     iterator = iter(loader)
     next(iterator)
     _KEPT.append(iterator)
-    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
-    return [server, *(worker.pid for worker in iterator._workers)]  # type: ignore[attr-defined]
+    return [_server_pid(), *(worker.pid for worker in iterator._workers)]  # type: ignore[attr-defined]
 
 
 def _tcp_endpoints(_: object) -> list[tuple[str, str]]:
@@ -224,11 +228,12 @@ def test_dataloader_workers_come_from_the_rank_s_own_fork_server() -> None:
 @pytest.mark.processes
 @pytest.mark.timeout(120)
 def test_a_rank_that_ends_leaves_no_fork_server_or_worker_running() -> None:
-    """Its DataLoader iterator is never shut down, and workers from a fork server outlive a
-    rank that dies without multiprocessing's exit handler (see local_ranks' docstring)."""
+    """The rank ends holding a persistent iterator, which never shuts its workers down:
+    multiprocessing's exit handler must end them, and the server then sees the rank gone
+    (see local_ranks' docstring)."""
     pids = [pid for result in launch(_workers_kept_at_the_end, None, 2) for pid in result]
     assert len(pids) == 2 * 3
-    deadline = time.monotonic() + 30  # the workers check their parent every 5 s
+    deadline = time.monotonic() + 30  # ended soon after the ranks, not at once
     while (running := [pid for pid in pids if _left_running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert running == []

@@ -44,6 +44,8 @@ JOINING = re.compile(
 )
 #: What says a run failed for another reason, even if the group then broke too.
 NOT_JOINING = re.compile(r"AssertionError")
+#: How torchrun is run: its module, by this interpreter.
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 #: Runs tried when a run failed joining the group.
 ATTEMPTS = 2
 
@@ -63,7 +65,7 @@ def torchrun(
 ) -> subprocess.CompletedProcess[str]:
     """``torchrun --standalone --nproc-per-node <processes> <arguments>``, killed after
     ``timeout`` seconds (the test then fails)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command = [*TORCHRUN, "--standalone"]
     command += ["--nproc-per-node", str(processes), *arguments]
     variables = {key: value for key, value in os.environ.items() if key not in VARIABLES}
     variables.update(GLOO_SOCKET_IFNAME=loopback(), PYTHONPATH=str(ROOT), **(environment or {}))
@@ -132,7 +134,7 @@ def _run_here(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
 def main(arguments: Sequence[str]) -> int:
     """``torchrun <arguments>`` here, retried as :func:`torchrun` retries; prints what the
     run kept (its output, after it ends) and returns its exit code."""
-    command = [sys.executable, "-m", "torch.distributed.run", *arguments]
+    command = [*TORCHRUN, *arguments]
     done = _retried(lambda: _run_here(command))
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)

@@ -45,11 +45,11 @@ class HeldLengths:
     Guarantee: :meth:`owned` is a contiguous copy, in the smallest of int16, int32 and
     int64 that holds the longest length, that later changes to the caller's tensor never
     reach (:meth:`widened` is a copy of it in int32 at least, for arithmetic on it).
-    Before the copy exists, :meth:`read` gives the lengths at the first chunk's samples from the
-    caller's tensor itself, once; every other read is the copy's. The copy is refused
-    (``RuntimeError``) unless it agrees with everything planned before it: the sum and
-    the largest length checked when the sampler was built (they fix the default window)
-    and the values that first read returned. So a change the caller makes before the
+    Before the copy exists, :meth:`read` gives the lengths at the first chunk's samples
+    from the caller's tensor itself, once; every other read is the copy's. The copy is
+    refused (``RuntimeError``) unless it agrees with everything planned before it: the
+    sum and the largest length checked when the sampler was built (they fix the default
+    window) and the values that first read returned. So a change the caller makes before the
     copy either is refused or reaches every plan alike (the copy holds it, and the
     length digest that states carry is the copy's). The copy is made at most once
     (under a lock); pickling or copying a :class:`HeldLengths` makes it first.

@@ -37,14 +37,14 @@ collective finishes, gloo's worker thread releases the tensors it held, and torc
 the GIL for that from a new Python thread state, briefly holding CPython's runtime lock
 without the GIL. A fork at that instant copies the lock held, and on CPython before the
 fix of python/cpython#112275 (this machine's 3.11.7 has it) the worker deadlocks in
-``PyOS_AfterFork_Child`` before running any Python: its rank waits for a batch forever
-and its peers in their next collective. A Lightning test hung so, in CI and in a
-loop of runs here (seen with ``gdb``: the worker waiting on that lock in
-``_PyThreadState_DeleteExcept``, gloo's thread entering ``PyThreadState_New``). The
-workers yield the same batches either way: the sampler runs in the rank, and a worker
-only fetches the indices it is sent. The rank's fork server imports
-:data:`WORKER_PRELOAD` once (about a second per rank that starts workers, measured), so a
-worker does not import torch again.
+``PyOS_AfterFork_Child`` before running any Python: its rank waits for a batch, with no
+timeout, and its peers wait in their next collective until the group's timeout. A
+Lightning test hung so, in CI and in a loop of runs here (seen with ``gdb``: the worker
+waiting on that lock in ``_PyThreadState_DeleteExcept``, gloo's thread entering
+``PyThreadState_New``). The workers yield the same batches either way: the sampler runs
+in the rank, and a worker only fetches the indices it is sent. The rank's fork server
+imports :data:`WORKER_PRELOAD` once (about a second per rank that starts workers,
+measured), so a worker does not import torch again.
 
 **Rendezvous.** The parent hosts the ``TCPStore`` on a port the OS picks (binding port
 0), as torchrun's agent does, and ranks connect to it as clients. The port is bound for
