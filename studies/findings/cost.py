@@ -80,15 +80,15 @@ def measure_in_fresh_process(
     ``k``; each number is the median over them.
 
     Python's free lists, arenas and caches depend on everything the process did before,
-    which moves tracemalloc's numbers by a few dozen bytes. A fresh interpreter that has
-    only imported this module, run without address-space randomisation where Linux's
-    ``setarch -R`` allows it, measures the same bytes every time it runs with the same hash
-    seed; :func:`~studies.findings.memory.python_heap` also empties CPython's type
-    attribute cache first. Across hash seeds a cell can still differ: ours' heap held at
-    the first index (300 samples) came out 67 bytes lower with one hash seed of four, at
-    one checkout path of the eight tried, and which cell and which paths change with the
-    code. So each number is the median of :data:`PROCESSES` interpreters, each with its
-    own hash seed: two odd interpreters cannot move it.
+    which moves tracemalloc's numbers by a few dozen bytes. So each interpreter has only
+    imported this module, and runs without address-space randomisation where Linux's
+    ``setarch -R`` allows it. What it still cannot fix is CPython's type attribute cache,
+    which keeps a name alive or evicts it depending on the name's address (see
+    :func:`~studies.findings.memory.python_heap`): the bytes held at the first index leave
+    those names out and are the same in every interpreter, but a peak can include one
+    (67 bytes) in one interpreter and not in another, with the same hash seed too. So
+    each number is the median of :data:`PROCESSES` interpreters, each with its own hash
+    seed: two odd interpreters cannot move it.
     """
     rows = [_fresh_rows(sizes, hash_seed) for hash_seed in range(processes)]
     first = rows[0]

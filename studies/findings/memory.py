@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import sys
 import tracemalloc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,8 @@ class HeapUse:
 
     #: Highest traced total between ``iter()`` and the first index.
     peak_to_first: int
-    #: Traced total right after the first index, while the iterator is alive.
+    #: Traced total right after the first index, while the iterator is alive, less the
+    #: names CPython's type attribute cache keeps (see :func:`python_heap`).
     held_at_first: int
     #: Highest traced total over the whole pass.
     peak_epoch: int
@@ -58,11 +59,15 @@ def python_heap(sampler: Iterable[Any]) -> HeapUse:
     """Trace Python allocations while taking the first index, then the rest of the epoch.
 
     The garbage collector is paused during the pass so that when it runs cannot move the
-    peak, and CPython's type attribute cache is emptied first: which names a lookup during
-    the pass keeps alive in it, or evicts, otherwise depended on what the interpreter had
-    looked up before (one cell of the cost finding moved by 67 bytes with the hash seed).
-    Raises ``RuntimeError`` if tracemalloc is already tracing (the numbers would
-    include the caller's allocations).
+    peak. CPython's type attribute cache is emptied before the pass and again before the
+    bytes held at the first index are read: the cache keeps a reference to the name of
+    each attribute lookup, in a slot chosen by the name's address, so a name made during
+    the pass (torch makes ``"__torch_function__"`` anew for each argument it checks, 67
+    bytes) stays alive or is evicted by a later lookup depending on where the allocator
+    put it. That is the interpreter's memory, not the sampler's, and it made the cost
+    finding's held bytes differ by 67 between runs. A peak can still include such a name
+    (a few dozen bytes, by run). Raises ``RuntimeError`` if tracemalloc is already
+    tracing (the numbers would include the caller's allocations).
     """
     if tracemalloc.is_tracing():
         raise RuntimeError("tracemalloc is already tracing; stop it before measuring")
@@ -74,6 +79,7 @@ def python_heap(sampler: Iterable[Any]) -> HeapUse:
     try:
         iterator = iter(sampler)
         next(iterator, None)
+        _clear_type_cache()  # the names it holds are not the sampler's; the peak stays
         held, peak_to_first = tracemalloc.get_traced_memory()
         _drain(iterator)
         _, peak_epoch = tracemalloc.get_traced_memory()
@@ -95,11 +101,11 @@ def tensor_bytes(sampler: Iterable[Any]) -> TensorUse:
     return TensorUse(to_first, counter.total, counter.largest)
 
 
-def _clear_type_cache() -> None:
-    """Empty CPython's type attribute cache (``sys._clear_internal_caches`` from 3.13 on,
-    which deprecates ``sys._clear_type_cache``)."""
-    clear = getattr(sys, "_clear_internal_caches", None) or sys._clear_type_cache
-    clear()
+#: Empties CPython's type attribute cache (``sys._clear_internal_caches`` from 3.13 on,
+#: which deprecates ``sys._clear_type_cache``); looked up once, as a failed lookup allocates.
+_clear_type_cache: Callable[[], None] = (
+    getattr(sys, "_clear_internal_caches", None) or sys._clear_type_cache
+)
 
 
 def _drain(iterator: Iterator[Any]) -> None:
