@@ -49,9 +49,9 @@ class HeldLengths:
     from the caller's tensor itself, once; every other read is the copy's. The copy is
     refused (``RuntimeError``) unless it agrees with everything planned before it: the
     sum and the largest length checked when the sampler was built (they fix the default
-    window) and the values that first read returned. So a change the caller makes before the
-    copy either is refused or reaches every plan alike (the copy holds it, and the
-    length digest that states carry is the copy's). The copy is made at most once
+    window) and the values that first read returned. So a change the caller makes
+    before the copy either is refused or reaches every plan alike (the copy holds it, and
+    the length digest that states carry is the copy's). The copy is made at most once
     (under a lock); pickling or copying a :class:`HeldLengths` makes it first.
 
     Lengths of another dtype than int32 or int64, and tensors that cannot be read

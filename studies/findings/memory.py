@@ -1,7 +1,10 @@
 """Deterministic memory measurements of one pass over a sampler.
 
-Guarantee: for the same sampler, torch and Python, both functions return the same numbers
-on every run. They count requested sizes, not what the operating system hands out:
+Guarantee: for the same sampler, torch and Python, :func:`tensor_bytes` and the bytes held
+that :func:`python_heap` reports are the same on every run; so are its peaks, except that
+a name CPython's type attribute cache keeps alive in one run and not in another (67 bytes
+for torch's ``"__torch_function__"``; see :func:`python_heap`) can raise one. Both count
+requested sizes, not what the operating system hands out:
 
 * :func:`python_heap` uses :mod:`tracemalloc`, which sees every allocation made through
   Python's allocators (ints, lists, ...) but not torch's tensor storage.
