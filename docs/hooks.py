@@ -2,7 +2,8 @@
 
 ``reports/`` is the committed output of ``dsampler report`` and stays where it is: every
 file in it (pages, figures, tables) is added to the site under ``study/``, and every page
-of it is listed in the navigation under "The study", in ``reports/MANIFEST`` order.
+of it is listed in the navigation under "The study": the overview, then the findings in
+the order of their numbers, each under its title ("5. Which samples padding repeats...").
 ``CHANGELOG.md`` is added as ``changelog.md``. Nothing is copied into ``docs/``, so a
 fresh clone builds the same site.
 
@@ -26,6 +27,10 @@ STUDY = "study"
 #: The navigation entry whose page list this hook fills in.
 STUDY_SECTION = "The study"
 
+#: A page's title: its first heading of level 1; a finding's starts with its number.
+TITLE = re.compile(r"^# (.+)$", re.M)
+NUMBER = re.compile(r"^(\d+)\. ")
+
 #: A Markdown link to a file outside reports/: ``[text](../path)``.
 SOURCE_LINK = re.compile(r"\[([^\]]+)\]\(\.\./([^)#\s]+)\)")
 
@@ -45,11 +50,23 @@ CHANGELOG_HOW_TO_RUN = (
 )
 
 
+def report_title(name: str) -> str:
+    """The title of the page ``reports/{name}``: its first heading, without code marks."""
+    found = TITLE.search((REPORTS / name).read_text())
+    return found.group(1).replace("`", "").strip() if found else name
+
+
 def report_pages() -> list[str]:
-    """The study's Markdown pages, ``README.md`` first, then in ``MANIFEST`` order."""
+    """The study's Markdown pages, ``README.md`` first, then the findings in the order of
+    their numbers (any without one last, in ``MANIFEST`` order)."""
     listed = (REPORTS / "MANIFEST").read_text().split()
     pages = [name for name in listed if name.endswith(".md") and name != "README.md"]
-    return ["README.md", *pages]
+
+    def number(name: str) -> tuple[bool, int]:
+        found = NUMBER.match(report_title(name))
+        return (found is None, int(found.group(1)) if found else 0)
+
+    return ["README.md", *sorted(pages, key=number)]
 
 
 def on_config(config: Any) -> Any:
@@ -57,7 +74,10 @@ def on_config(config: Any) -> Any:
     for index, entry in enumerate(nav):
         if isinstance(entry, dict) and STUDY_SECTION in entry:
             index_page, *findings = report_pages()
-            pages = [{"Overview": f"{STUDY}/{index_page}"}, *(f"{STUDY}/{n}" for n in findings)]
+            pages = [
+                {"Overview": f"{STUDY}/{index_page}"},
+                *({report_title(name): f"{STUDY}/{name}"} for name in findings),
+            ]
             nav[index] = {STUDY_SECTION: pages}
     return config
 

@@ -30,7 +30,7 @@ from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
 from samplers.iterators import Progress
 from samplers.options import Tail
-from samplers.plan import EpochPlan, Layout, ShardSizes, ceil_div
+from samplers.plan import EpochPlan, Layout, ShardSizes
 
 __all__ = ["SamplerCore"]
 
@@ -58,7 +58,9 @@ class SamplerCore(ABC):
     #: ``"randperm"``, ``"feistel"``, or ``"stream"`` (a wrapped sampler's).
     permutation: str
     auto_epoch: bool
-    #: The process group or 1-D device mesh the ranks come from (``None``: the default).
+    #: The data-parallel group the ranks come from, and that :meth:`check_consistent` checks
+    #: over: the ``group=`` given (a process group or 1-D device mesh), held as a
+    #: :class:`~samplers.groups.GroupRef` (``None`` on a subclass that skips ``__init__``).
     group: Any = None
     #: Set by ``_init_core``; a subclass that skips ``__init__`` keeps the stock behaviour.
     _initialised: bool = False
@@ -94,6 +96,10 @@ class SamplerCore(ABC):
     def _batch_size(self) -> int | None:
         """Samples per batch for a batch sampler, ``None`` for an index sampler."""
         return None
+
+    def _before_iteration(self) -> None:  # noqa: B027 (a hook, empty by default)
+        """Called by ``iter()`` before the new iteration is planned; nothing by default
+        (the mixtures apply weights set during the previous iteration)."""
 
     def _order_fields(self) -> dict[str, int | str]:
         """Settings beyond the shared ones that decide the epoch order (saved in the
@@ -148,6 +154,7 @@ class SamplerCore(ABC):
         ambiguous.
         """
         loader = loader_progress.find_loader()
+        self._before_iteration()
         previous, undo = self._iterator, self._undo
         if (
             previous is not None
@@ -177,6 +184,7 @@ class SamplerCore(ABC):
             self._book, self.epoch = book_before, epoch_before
             raise
         iterator.reader = loader_progress.reader_of(loader, self)
+        iterator.pipeline = loader is None and loader_progress.find_pipeline()
         if loader is not None:
             iterator.loader = weakref.ref(loader)
         self._ambiguous = None
@@ -246,8 +254,11 @@ class SamplerCore(ABC):
         """Where the ranks stand in the current epoch: the same small dict on every rank.
 
         It is one global position in the epoch's order (see :mod:`samplers.state`), read
-        from this rank's iterator: what it handed out, or, when a torch ``DataLoader``
-        reads it (any ``num_workers``), what the DataLoader has yielded to the loop.
+        from this rank's iterator: what it handed out, or, when a torch ``DataLoader`` or
+        torchdata's ``StatefulDataLoader`` reads it (any ``num_workers``), what the
+        DataLoader has yielded to the loop. While a ``torchdata.nodes`` pipeline reads it
+        (its prefetchers ahead of the loop) this raises ``ValueError``: save the pipeline's
+        state, which holds this one at the item the loop received.
         Taken once the epoch's last step is done, it says the epoch is finished. It may be
         called from another thread while the loop iterates (a checkpoint or monitoring
         thread): the position is then one the loop's iterator reached during the call.
@@ -276,7 +287,10 @@ class SamplerCore(ABC):
         the count then decides whether the epoch is finished.
         """
         self._require_init("state_dict")
-        saved = self._saved(consumed, batch_size)
+        return self._encoded(self._saved(consumed, batch_size))
+
+    def _encoded(self, saved: state.Saved) -> dict[str, Any]:
+        """The state dict of ``saved``, a progress of this sampler."""
         return state.encode(
             type(self).__name__,
             self._dataset_length(),
@@ -302,7 +316,12 @@ class SamplerCore(ABC):
             "load_state_dict) ends this"
         )
 
-    def _saved(self, consumed: int | None, batch_size: int | None = None) -> state.Saved:
+    def _saved(
+        self, consumed: int | None, batch_size: int | None = None, *, ahead_ok: bool = False
+    ) -> state.Saved:
+        """The progress a state records (see :meth:`state_dict`); ``ahead_ok``: what a
+        ``torchdata.nodes`` pipeline handed out, for internal use, where the state is
+        otherwise refused to all but the pipeline."""
         pending = self._book.pending
         iterator = self._iterator
         if pending is None and iterator is not None and not self._book.epoch_set:
@@ -321,6 +340,14 @@ class SamplerCore(ABC):
             if pending is not None:
                 return pending
             return state.Saved(checks.epoch(self.epoch), checks.seed(self.seed), 0, False)
+        if iterator.pipeline and not ahead_ok and not loader_progress.asked_by_pipeline(2):
+            raise ValueError(
+                f"{type(self).__name__}.state_dict(): this iteration is read by a "
+                "torchdata.nodes pipeline, whose prefetchers hold items the loop has not "
+                "received yet, so this sampler's own position is ahead of the loop; save the "
+                "pipeline's state instead (loader.state_dict() of its nodes.Loader, which "
+                "holds this sampler's state at the item the loop received)"
+            )
         plan = iterator.plan
         layout = plan.layout
         if not iterator.started and not consumed:
@@ -329,45 +356,11 @@ class SamplerCore(ABC):
             finished = 0 < layout.start >= layout.stop
             return state.Saved(plan.epoch, plan.seed, layout.start, finished)
         if consumed is not None:
-            self._check_steps(consumed, iterator, batch_size)
+            rank = checks.as_int("rank", self.rank)
+            loader_progress.check_steps(self, rank, consumed, iterator, batch_size)
         steps, ended = self._progress(iterator, consumed)
         position = layout.position_after(steps)
         return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
-
-    def _check_steps(self, consumed: int, iterator: Progress[Any], batch_size: int | None) -> None:
-        """Raise unless ``consumed`` counts whole steps of this rank's loop (an index
-        sampler's items: steps times the batch size)."""
-        layout = iterator.plan.layout
-        if layout.batched:
-            if batch_size is not None:
-                raise ValueError(
-                    f"batch_size is for index samplers: {type(self).__name__}'s consumed "
-                    f"counts batches, got batch_size={batch_size!r}"
-                )
-            return
-        if batch_size is None and iterator.reader is not None:
-            batch_size = loader_progress.unit_of(iterator.reader, self)
-        rank = checks.as_int("rank", self.rank)
-        if batch_size is not None:
-            size = checks.positive("batch_size", batch_size)
-            if consumed % size:
-                expected = ceil_div(consumed, size) * size
-                raise ValueError(
-                    f"consumed={consumed} is not a whole number of steps of batch_size={size} "
-                    f"on rank {rank}: count steps x batch size, as a DataLoader does, even when "
-                    f"this rank's last batch was smaller; expected {expected}"
-                )
-            return
-        share, longest = iterator.count, layout.count(0)
-        if consumed == share < longest:
-            raise ValueError(
-                f"consumed={consumed} is rank {rank}'s whole share, shorter than rank 0's "
-                f"({longest} items), so it may not be a whole number of steps: a DataLoader "
-                "counts steps x batch size even when this rank's last batch was smaller, "
-                f"which is at least {longest} after this rank's last step (unless the batch "
-                f"size divides {consumed}); pass that count, with batch_size= to have it "
-                "checked"
-            )
 
     def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""
@@ -379,8 +372,18 @@ class SamplerCore(ABC):
                     f"far), got {consumed}"
                 )
             return consumed, False
-        if iterator.reader is not None:
-            progress = loader_progress.loop_progress(iterator.reader, self, iterator.count)
+        reader = iterator.reader
+        if reader is not None and loader_progress.is_stateful(reader):
+            # torchdata's StatefulDataLoader: its own snapshots take what was handed out;
+            # the loop is told what it received.
+            if not loader_progress.asked_by_loader(2):
+                progress = loader_progress.stateful_progress(
+                    reader, self, iterator.count, iterator.taken
+                )
+                if progress is not None:
+                    return progress
+        elif reader is not None:
+            progress = loader_progress.loop_progress(reader, self, iterator.count)
             if progress is not None:
                 return progress
         return iterator.taken, iterator.exhausted

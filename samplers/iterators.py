@@ -71,6 +71,9 @@ class Progress(ABC, Generic[_Item]):
     #: The DataLoader iterator that began this iteration, if any and still alive (a weak
     #: reference: ``loader()``); never pickled.
     loader: Callable[[], object | None]
+    #: A ``torchdata.nodes`` pipeline began this iteration (its prefetchers read ahead of
+    #: the loop); never pickled.
+    pipeline: bool
     _plan: EpochPlan
     _cursor: tuple[int, Iterator[_Item]]
     _feed: _Feed[_Item]
@@ -109,6 +112,7 @@ class Progress(ABC, Generic[_Item]):
         self.reader = None
         self.at_end = None
         self.loader = _nobody
+        self.pipeline = False
 
     @abstractmethod
     def _prepare(self, plan: EpochPlan) -> EpochPlan:

@@ -17,11 +17,27 @@ attributes torch's DataLoader iterators have had since torch 1.x (``_num_yielded
 ``_index_sampler``); a DataLoader without them is not recognised, and the sampler's own
 count is used.
 
-torchdata's ``StatefulDataLoader`` is not a reader here: it asks the sampler for its state
-itself, at the right moments. Any DataLoader iterator (torch's or torchdata's) is still
-remembered, weakly, as the iteration's *loader*: :func:`received_nothing` tells whether the
-loop has received anything from it, which decides whether an iteration that workers only
-prefetched from counts as an epoch (see :mod:`samplers.epochs`).
+torchdata's ``StatefulDataLoader`` is a reader too, read differently: it asks the sampler
+for its state itself while it fetches ahead (its snapshots pair the sampler's state with
+how many batches it fetched), and after a restore its counts start from the restored
+step rather than from the sampler's iteration. So when a DataLoader iterator is on the
+call stack (:func:`asked_by_loader`: torchdata taking a snapshot, or
+``loader.state_dict()``), the state is what the sampler handed out, as torchdata expects;
+when anyone else asks (the training loop), it is what the loop received: the batches the
+sampler handed out less those fetched but not yet yielded (``_sampler_iter_yielded -
+_num_yielded``, torchdata's counts since the iteration began or was restored).
+
+A ``torchdata.nodes`` pipeline is no reader: its prefetchers hold items the loop has not
+received, and the sampler cannot see the loop. An iteration it began
+(:func:`find_pipeline`) gives its state only to the pipeline itself
+(:func:`asked_by_pipeline`: ``SamplerWrapper.get_state``, which records it with each item
+the prefetchers hold, so the pipeline's ``state_dict()`` is exact); anyone else is refused,
+and pointed at the pipeline's state.
+
+Any DataLoader iterator (torch's or torchdata's) is also remembered, weakly, as the
+iteration's *loader*: :func:`received_nothing` tells whether the loop has received
+anything from it, which decides whether an iteration that workers only prefetched from
+counts as an epoch (see :mod:`samplers.epochs`).
 """
 
 from __future__ import annotations
@@ -35,16 +51,23 @@ from torch.utils.data.dataloader import (
     _SingleProcessDataLoaderIter,
 )
 
+from samplers import checks
 from samplers.callers import callers
 from samplers.plan import ceil_div
 
 __all__ = [
     "LoopProgress",
+    "asked_by_loader",
+    "asked_by_pipeline",
+    "check_steps",
     "find_loader",
+    "find_pipeline",
+    "is_stateful",
     "loop_progress",
     "prefetched_only",
     "reader_of",
     "received_nothing",
+    "stateful_progress",
     "unit_of",
 ]
 
@@ -54,6 +77,13 @@ __all__ = [
 _DEPTH = 8
 
 _READERS = (_SingleProcessDataLoaderIter, _MultiProcessingDataLoaderIter)
+#: The count torchdata's ``StatefulDataLoader`` iterators keep of the batches they fetched
+#: from the sampler (since the iteration began or was restored); torch's have none.
+_FETCHED = "_sampler_iter_yielded"
+#: How many frames above ``state_dict()`` a DataLoader iterator asking for it may be: the
+#: sampler's own ``state_dict`` and its core's, torchdata's batch sampler iterator, its
+#: ``try_to_serialize``, ``_get_main_state`` / ``state_dict`` and ``_try_put_index``.
+_ASKING_DEPTH = 12
 
 #: (indices or batches the loop received, whether it received the last batch)
 LoopProgress = tuple[int, bool]
@@ -70,12 +100,48 @@ def find_loader(skip: int = 1) -> _BaseDataLoaderIter | None:
 
 
 def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
-    """The attribute dictionary of ``loader`` when it is a torch DataLoader iterator whose
-    counts tell what the loop received of ``sampler``, else ``None``."""
-    if isinstance(loader, _READERS):
+    """The attribute dictionary of ``loader`` when it is a DataLoader iterator (torch's, or
+    torchdata's ``StatefulDataLoader``'s) whose counts tell what the loop received of
+    ``sampler``, else ``None``."""
+    if isinstance(loader, _READERS) or (
+        isinstance(loader, _BaseDataLoaderIter) and _FETCHED in loader.__dict__
+    ):
         attributes: dict[str, Any] = loader.__dict__
         return attributes if unit_of(attributes, sampler) is not None else None
     return None
+
+
+def _in_pipeline(owner: object) -> bool:
+    return type(owner).__module__.startswith("torchdata.nodes")
+
+
+def find_pipeline(skip: int = 1) -> bool:
+    """Whether a ``torchdata.nodes`` node (its ``SamplerWrapper``) is calling ``iter()``
+    on a sampler now; ``skip``: frames above the caller to start from."""
+    # A loop, not any() over a generator expression: the expression's frame would shift
+    # ``skip`` by one (and reading the caller's own locals keeps them alive).
+    for owner in callers(skip + 1, _DEPTH):  # noqa: SIM110
+        if _in_pipeline(owner):
+            return True
+    return False
+
+
+def asked_by_pipeline(skip: int = 1) -> bool:
+    """Whether a ``torchdata.nodes`` node is taking the sampler's state (its
+    ``SamplerWrapper.get_state``, within a few frames above the caller)."""
+    for owner in callers(skip + 1, _ASKING_DEPTH):  # noqa: SIM110 (see find_pipeline)
+        if _in_pipeline(owner):
+            return True
+    return False
+
+
+def asked_by_loader(skip: int = 1) -> bool:
+    """Whether a DataLoader iterator is on the call stack above the caller (within a few
+    frames): a ``StatefulDataLoader`` taking the sampler's state itself."""
+    for owner in callers(skip + 1, _ASKING_DEPTH):  # noqa: SIM110 (see find_pipeline)
+        if isinstance(owner, _BaseDataLoaderIter):
+            return True
+    return False
 
 
 def received_nothing(loader: object | None) -> bool:
@@ -108,11 +174,21 @@ def unit_of(reader: dict[str, Any], sampler: object) -> int | None:
     index_sampler = reader.get("_index_sampler")
     if index_sampler is sampler:
         return 1
-    # Exactly torch's BatchSampler: a subclass (accelerate's BatchSamplerShard) may not
-    # batch the sampler's items in order, so its batches are not the loop's progress.
-    if type(index_sampler) is BatchSampler and index_sampler.sampler is sampler:
-        return int(index_sampler.batch_size)
-    return None
+    # Exactly torch's BatchSampler or torchdata's (which batches in order too): another
+    # subclass (accelerate's BatchSamplerShard) may not batch the sampler's items in
+    # order, so its batches are not the loop's progress.
+    if not isinstance(index_sampler, BatchSampler) or not _in_order(type(index_sampler)):
+        return None
+    return int(index_sampler.batch_size) if index_sampler.sampler is sampler else None
+
+
+def _in_order(kind: type) -> bool:
+    """torch's ``BatchSampler`` or torchdata's ``StatefulDataLoader`` one (no import)."""
+    return kind is BatchSampler or (
+        kind.__name__ == "BatchSampler"
+        and kind.__module__ == "torchdata.stateful_dataloader.sampler"
+        and issubclass(kind, BatchSampler)
+    )
 
 
 def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopProgress | None:
@@ -130,3 +206,64 @@ def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopPr
     drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
     total = count // unit if drop_last else ceil_div(count, unit)
     return batches * unit, batches >= total
+
+
+def stateful_progress(
+    reader: dict[str, Any], sampler: object, count: int, taken: int
+) -> LoopProgress | None:
+    """:func:`loop_progress` for a ``StatefulDataLoader`` iterator (``reader``), whose
+    sampler iteration handed out ``taken`` of its ``count`` items: the batches they made
+    less those fetched and not yet yielded to the loop; ``None`` for another reader."""
+    unit = unit_of(reader, sampler)
+    fetched, received = reader.get(_FETCHED), reader.get("_num_yielded")
+    if unit is None or not isinstance(fetched, int) or not isinstance(received, int):
+        return None
+    drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
+    handed = taken // unit if drop_last else ceil_div(taken, unit)
+    batches = max(handed - max(fetched - received, 0), 0)
+    total = count // unit if drop_last else ceil_div(count, unit)
+    return batches * unit, batches >= total
+
+
+def is_stateful(reader: dict[str, Any]) -> bool:
+    """Whether ``reader`` is a ``StatefulDataLoader`` iterator's attributes."""
+    return _FETCHED in reader
+
+
+def check_steps(
+    sampler: object, rank: int, consumed: int, iterator: Any, batch_size: int | None
+) -> None:
+    """Raise ``ValueError`` unless ``consumed`` counts whole steps of rank ``rank``'s loop
+    over ``iterator`` (an iteration of ``sampler``): an index sampler's items are steps
+    times the batch size (``batch_size``, or the DataLoader's reading it)."""
+    name = type(sampler).__name__
+    layout = iterator.plan.layout
+    if layout.batched:
+        if batch_size is not None:
+            raise ValueError(
+                f"batch_size is for index samplers: {name}'s consumed counts batches, got "
+                f"batch_size={batch_size!r}"
+            )
+        return
+    if batch_size is None and iterator.reader is not None:
+        batch_size = unit_of(iterator.reader, sampler)
+    if batch_size is not None:
+        size = checks.positive("batch_size", batch_size)
+        if consumed % size:
+            expected = ceil_div(consumed, size) * size
+            raise ValueError(
+                f"consumed={consumed} is not a whole number of steps of batch_size={size} "
+                f"on rank {rank}: count steps x batch size, as a DataLoader does, even when "
+                f"this rank's last batch was smaller; expected {expected}"
+            )
+        return
+    share, longest = iterator.count, layout.count(0)
+    if consumed == share < longest:
+        raise ValueError(
+            f"consumed={consumed} is rank {rank}'s whole share, shorter than rank 0's "
+            f"({longest} items), so it may not be a whole number of steps: a DataLoader "
+            "counts steps x batch size even when this rank's last batch was smaller, "
+            f"which is at least {longest} after this rank's last step (unless the batch "
+            f"size divides {consumed}); pass that count, with batch_size= to have it "
+            "checked"
+        )

@@ -7,9 +7,19 @@ the code asks this module and falls back to torch, with the same results.
 
 from __future__ import annotations
 
-try:
-    import numpy
-except ImportError:  # pragma: no cover - exercised by a test that hides numpy
-    numpy = None  # type: ignore[assignment]
+import importlib
+from types import ModuleType
 
 __all__ = ["numpy"]
+
+
+def _imported(name: str) -> ModuleType | None:
+    """The module ``name``, or ``None`` when it cannot be imported."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:  # pragma: no cover - exercised by a test that hides numpy
+        return None
+
+
+#: numpy, or ``None`` (its attributes read as ``Any``: the callers check for ``None``).
+numpy: ModuleType | None = _imported("numpy")

@@ -46,8 +46,9 @@ __all__ = ["LATER_FIELDS", "STATE_VERSION", "Saved", "decode", "encode"]
 STATE_VERSION = 2
 
 #: Order fields added to version 2 after states without them were written: such a state
-#: still loads, checked on the fields it has (the token and packed samplers' ``length_digest``).
-LATER_FIELDS = frozenset({"length_digest"})
+#: still loads, checked on the fields it has (the token and packed samplers'
+#: ``length_digest``, the packed samplers' ``split``).
+LATER_FIELDS = frozenset({"length_digest", "split"})
 
 _FIELDS: dict[str, type] = {
     "version": int,

@@ -3,16 +3,16 @@
 ``dsampler explain --dataset-size 10 --world-size 2 --batch-size 4`` shows, epoch by
 epoch and rank by rank, the batches each rank's DataLoader yields, then the case's
 summary and what is wrong with it and how to fix it. ``--format csv`` prints the tidy
-rows (``studies.simulate.COLUMNS``); ``--format json`` one object with the ``rows``, the
-``summary`` (``studies.summary.COLUMNS``) and the ``verdicts``. ``--summary`` skips the
+rows (``studies.core.simulate.COLUMNS``); ``--format json`` one object with the ``rows``, the
+``summary`` (``studies.core.summary.COLUMNS``) and the ``verdicts``. ``--summary`` skips the
 batches and computes the summary from the sampler's plan (any dataset size), and what
-each sampler holds in memory per rank (``studies.sampler_memory``; JSON: ``memory``).
-``--launch`` runs real local processes (``studies.distributed.case_runs``) instead of
+each sampler holds in memory per rank (``studies.core.sampler_memory``; JSON: ``memory``).
+``--launch`` runs real local processes (``studies.engines.case_runs``) instead of
 simulating; the output is the same either way.
 
 ``torchrun --nproc-per-node N -m studies.cli observe ...`` (or the ``dsampler`` script
 in place of ``-m studies.cli``) runs the case on the ranks torchrun started, on any
-backend and any number of nodes (``studies.distributed.torchrun``); rank 0 prints what
+backend and any number of nodes (``studies.engines.torchrun``); rank 0 prints what
 ``explain`` prints, the rows marked ``source`` = ``processes``, plus the agreement with
 the simulation. No other rank writes to stdout.
 
@@ -39,15 +39,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from studies import check_cli
 from studies.bench import cli as bench
-from studies.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
-from studies.options import Parser, size
+from studies.common.options import Parser, size
+from studies.core.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
+from studies.kit import cli as check_cli
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from studies.verdicts import Verdict
+    from studies.core.verdicts import Verdict
 
 __all__ = ["build_parser", "main", "render_table"]
 
@@ -262,11 +262,11 @@ def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.summary:
         return _explain_summary(parser, case, args)
     options = _loader_options(parser, args, case)
-    from studies.simulate import case_rows, frame
+    from studies.core.simulate import case_rows, frame
 
     try:
         if args.launch:
-            from studies.distributed.case_runs import run_case
+            from studies.engines.case_runs import run_case
 
             rows = run_case(case, **options)
         else:
@@ -293,9 +293,9 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
             "add --epochs 1 or --no-shuffle"
         )
     _loader_options(parser, args, case)  # checked, though the plan needs no DataLoader
-    from studies.plan_summary import planned_summary
-    from studies.sampler_memory import memory_per_rank
-    from studies.verdicts import verdicts
+    from studies.core.plan_summary import planned_summary
+    from studies.core.sampler_memory import memory_per_rank
+    from studies.core.verdicts import verdicts
 
     summary = planned_summary(case)
     found = verdicts(case, summary)
@@ -359,7 +359,7 @@ def _loader_options(
     """The DataLoader worker options for ``case``, as the real-process run passes them."""
     if args.persistent_workers and args.num_workers == 0:
         parser.error("--persistent-workers needs --num-workers 1 or more, got --num-workers 0")
-    from studies.distributed.case_runs import Run
+    from studies.engines.case_runs import Run
 
     return Run(case, args.num_workers, args.persistent_workers).loader_options()
 
@@ -414,9 +414,9 @@ def _output(
     ``source`` marks every row (observe: ``processes``); ``extra`` is added to the JSON
     object and ``extra_text`` appended to the table.
     """
-    from studies.summary import summarize
-    from studies.tables import to_csv_text, to_json_records
-    from studies.verdicts import verdicts
+    from studies.core.summary import summarize
+    from studies.core.tables import to_csv_text, to_json_records
+    from studies.core.verdicts import verdicts
 
     marked = {"source": source} if source else {}
     if form == "csv":
@@ -467,8 +467,8 @@ def render_table(case: Case, rows: pd.DataFrame, *, source: str | None = None) -
     """
     from tabulate import tabulate
 
-    from studies.summary import summarize
-    from studies.verdicts import verdicts
+    from studies.core.summary import summarize
+    from studies.core.verdicts import verdicts
 
     parts = [_case_line(case, source)]
     listing = rows.sort_values(["epoch", "rank", "batch"])
@@ -492,7 +492,7 @@ def _summary_parts(summary: dict[str, Any], found: list[Verdict]) -> list[str]:
     """The summary numbers, then the verdicts (or "No problems found.")."""
     from tabulate import tabulate
 
-    from studies.summary import SUMMARY_COLUMNS
+    from studies.core.summary import SUMMARY_COLUMNS
 
     numbers = tabulate(
         [[name, _shown(summary[name])] for name in SUMMARY_COLUMNS],
@@ -532,13 +532,13 @@ def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    from studies.distributed.torchrun import (
+    from studies.core.simulate import frame
+    from studies.engines.torchrun import (
         NotStartedByTorchrun,
         observe,
         process_group,
         require_environment,
     )
-    from studies.simulate import frame
 
     try:
         require_environment()
@@ -598,8 +598,8 @@ def _agreement_text(agreement: dict[str, Any]) -> str:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from studies.extras import MissingExtra
-    from studies.interrupts import exit_status, terminated_as_interrupt
+    from studies.common.extras import MissingExtra
+    from studies.common.interrupts import exit_status, terminated_as_interrupt
     from studies.report import OutputError, write_reports
 
     try:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from studies.extras import EXTRAS, MissingExtra, require
+from studies.common.extras import EXTRAS, MissingExtra, require
 
 __all__ = ["STUDY_MODULES", "main"]
 

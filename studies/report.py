@@ -12,12 +12,12 @@ What it writes into ``output``:
 ``<finding>.md`` and ``<finding>-<picture>.png``
     One per registered finding (:mod:`studies.findings`).
 ``cases.csv``
-    The tidy table (:func:`studies.tables.to_csv_text`) of the grid and the experiment.
+    The tidy table (:func:`studies.core.tables.to_csv_text`) of the grid and the experiment.
 ``summary.csv``
-    One row per case of ``cases.csv`` (:func:`studies.summary.summarize`), list columns
+    One row per case of ``cases.csv`` (:func:`studies.core.summary.summarize`), list columns
     as JSON.
 ``experiment.csv``
-    The blog post's experiment (:data:`studies.cases.EXPERIMENT`): the tidy table led by
+    The blog post's experiment (:data:`studies.core.cases.EXPERIMENT`): the tidy table led by
     the post's case label, written like ``cases.csv``.
 ``<finding>-<table>.csv``
     A finding's table longer than :data:`studies.findings.LONG_TABLE_ROWS` rows; the
@@ -31,7 +31,7 @@ itself (:func:`is_generated`: its ``MANIFEST`` lists only generated kinds of fil
 listed Markdown file carries the generated stamp, so a user's own file named
 ``MANIFEST`` does not count); anything else needs ``force=True``. Before rendering
 anything it checks this, that the directory can be written (:func:`check_output`) and
-that the study's and the peers' extras are installed (:func:`studies.extras.require`).
+that the study's and the peers' extras are installed (:func:`studies.common.extras.require`).
 
 Writing is all or nothing as far as a re-run can tell: every file is rendered in memory
 first, so a failing finding writes nothing. A new (or empty) directory is written as a
@@ -61,15 +61,15 @@ import torch
 
 from studies import findings as registry
 from studies.answers import NEEDED, answers
-from studies.cases import EXPERIMENT, Case, grid
-from studies.extras import require
-from studies.figures import render_png
+from studies.common.extras import require
+from studies.common.figures import render_png
+from studies.common.parts import Part, default_workers, run_parts
+from studies.core.cases import EXPERIMENT, Case, grid
+from studies.core.simulate import simulate
+from studies.core.summary import summarize
+from studies.core.tables import to_csv_text, to_labelled_csv_text
 from studies.findings import Finding, Table
 from studies.findings import experiment as experiment_finding
-from studies.parts import Part, default_workers, run_parts
-from studies.simulate import simulate
-from studies.summary import summarize
-from studies.tables import to_csv_text, to_labelled_csv_text
 
 __all__ = [
     "MANIFEST",
@@ -239,7 +239,7 @@ def render(
     the README's answers do not read).
 
     The parts (the tables, then each finding) run side by side in ``workers`` processes
-    (default :func:`studies.parts.default_workers`); the result does not depend on how
+    (default :func:`studies.common.parts.default_workers`); the result does not depend on how
     many. The findings the answers read (:data:`studies.answers.NEEDED`) are always
     built, so the README is the same with or without the other slow ones.
     """
@@ -293,7 +293,7 @@ def write_reports(output: Path, progress: bool = False, *, force: bool = False) 
 
     Refuses, before rendering anything, with :class:`OutputError` when ``output`` cannot
     be written or is a non-empty directory it did not generate and ``force`` is False
-    (:func:`check_output`), and with :class:`studies.extras.MissingExtra` when a module
+    (:func:`check_output`), and with :class:`studies.common.extras.MissingExtra` when a module
     of the ``study`` or ``peers`` extra is not installed. Files whose bytes are unchanged
     are left alone; files the previous run generated (listed in its recognised
     ``MANIFEST``) that are no longer generated are removed; no other file in ``output``

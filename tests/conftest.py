@@ -34,3 +34,22 @@ _profile = os.environ.get(PROFILE_VARIABLE, "ci")
 if _profile not in ("ci", "thorough"):
     raise ValueError(f"{PROFILE_VARIABLE} must be 'ci' or 'thorough', got {_profile!r}")
 settings.load_profile(_profile)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+    """Count the composition matrix's cells (tests/test_composition_matrix.py) and how
+    each ended, for the test command's output."""
+    ended: dict[str, int] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "composition" and getattr(report, "when", "") == "call":
+                    ended[value] = ended.get(value, 0) + 1
+    if ended:
+        import composition
+
+        shown = ", ".join(f"{count} {how}" for how, count in sorted(ended.items()))
+        terminalreporter.write_line(
+            f"composition matrix: {sum(ended.values())} of {len(composition.all_cells())} "
+            f"cells run ({shown}); DSAMPLER_COMPOSITION=full runs them all"
+        )

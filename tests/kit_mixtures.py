@@ -14,6 +14,7 @@ from samplers import (
     DistributedMixtureBatchSampler,
     DistributedMixtureSampler,
     DistributedMixtureTokenBatchSampler,
+    DistributedPackedMixtureSampler,
     DistributedSamplerWrapper,
 )
 from samplers.mixture.checks import checked_weights
@@ -41,6 +42,36 @@ def ours_tokens_window1(
     lengths = [3] * sum(len(d) for d in datasets)
     return DistributedMixtureTokenBatchSampler(
         datasets, weights, lengths, 4, num_replicas, rank, seed=seed, window=1
+    )
+
+
+def ours_packed_window1(
+    datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """The packed mixture with weights in samples and a window of one draw (each batch
+    one row of one document, in stream order): every mixture guarantee, per step."""
+    lengths = [3] * sum(len(d) for d in datasets)
+    return DistributedPackedMixtureSampler(
+        datasets,
+        weights,
+        lengths,
+        4,
+        1,
+        num_replicas,
+        rank,
+        seed=seed,
+        window=1,
+        weights_in="samples",
+    )
+
+
+def ours_packed(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    """The packed mixture on lengths from 1 to 40 in rows of 48, weights in tokens,
+    default windows: elastic resume. (With ``split=`` it would yield piece ids, not the
+    indices into ``ConcatDataset(datasets)`` a mixing factory yields.)"""
+    lengths = [(i * 7919) % 40 + 1 for i in range(sum(len(d) for d in datasets))]
+    return DistributedPackedMixtureSampler(
+        datasets, weights, lengths, 48, 2, num_replicas, rank, seed=seed
     )
 
 
@@ -108,3 +139,36 @@ def peer_weighted_random(
 def peer_concat_stock(datasets: Any, num_replicas: int, rank: int, seed: int) -> Any:
     """``ConcatDataset`` and the stock ``DistributedSampler`` (the weights cannot be given)."""
     return StockSampler(ConcatDataset(datasets), num_replicas, rank, seed=seed)
+
+
+def _rounded_to_zero(weights: Any) -> tuple[int, ...]:
+    """The parts of the rounding before the fix: the parts the minimum of 1 added are
+    taken back one from each of the largest sources, which reaches sources of one part."""
+    from samplers.mixture.schedule import MAX_PERIOD, fraction
+
+    fractions = [fraction(w) for w in weights]
+    total = sum(fractions)
+    if all((f / total * MAX_PERIOD).denominator == 1 for f in fractions):
+        return parts(weights)
+    scaled = [f / total * MAX_PERIOD for f in fractions]
+    floors = [max(int(v), 1 if v > 0 else 0) for v in scaled]
+    left = MAX_PERIOD - sum(floors)
+    if left >= 0:
+        for d in sorted(range(len(scaled)), key=lambda d: -(scaled[d] - floors[d]))[:left]:
+            floors[d] += 1
+    else:
+        for d in sorted(range(len(scaled)), key=lambda d: (-floors[d], d))[:-left]:
+            floors[d] -= 1
+    return tuple(floors)
+
+
+class RoundingToZero(DistributedMixtureSampler):
+    """Wrong on purpose: the rounding of large weight ratios before the fix, which gave a
+    small positive weight 0 parts (a source silently never drawn)."""
+
+    def _parts(self, weights: Any) -> tuple[int, ...]:
+        return _rounded_to_zero(weights)
+
+
+def rounding_to_zero(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return RoundingToZero(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")

@@ -21,6 +21,8 @@ from samplers import (
     DistributedTokenBatchSampler,
     TokenCost,
 )
+from samplers.tokens.arrays import follow
+from samplers.tokens.order import TokenOrder
 
 
 def lengths_of(dataset: Any) -> list[int]:
@@ -114,3 +116,47 @@ def mixture_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untype
 
 def mixture_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
     return _mixture(dataset, num_replicas, rank, seed, "pad")
+
+
+#: A cost in "FLOPs": each token 2**53 units; the budget, 256 tokens' worth, is 2**61.
+FLOPS_UNIT = 1 << 53
+FLOPS = TokenCost("sum", per_sample=lambda t: t * FLOPS_UNIT, name="flops-2**53")
+
+
+def flops_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    """Ours under a cost whose sums pass 2**63 within a chunk of a few dozen samples."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return DistributedTokenBatchSampler(
+            lengths_of(dataset), 256 * FLOPS_UNIT, num_replicas, rank, seed=seed, cost=FLOPS
+        )
+
+
+class _WrappingOrder(TokenOrder):
+    """Wrong on purpose: the summed cut of before the fix, whose int64 prefix sums wrap."""
+
+    def _cut(self, lengths: torch.Tensor, local: torch.Tensor, count: int) -> torch.Tensor:
+        each = self.model.sample_costs(lengths)
+        total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
+        budget = min(self.model.budget(self.max_tokens), int(total[-1]) + 1)
+        reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
+        return follow(torch.maximum(reach, local + 1), count, self.window)
+
+
+class Wrapping(DistributedTokenBatchSampler):
+    """The token sampler with :class:`_WrappingOrder` (its other planning unchanged)."""
+
+    def order(self) -> TokenOrder:
+        found = super().order()
+        if not isinstance(found, _WrappingOrder):
+            found.__class__ = _WrappingOrder
+            found._spans.clear()
+        return found
+
+
+def wrapping_flops(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return Wrapping(
+            lengths_of(dataset), 256 * FLOPS_UNIT, num_replicas, rank, seed=seed, cost=FLOPS
+        )

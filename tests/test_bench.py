@@ -35,7 +35,7 @@ from studies.bench.tables import (
 )
 from studies.bench.variants import FLOOR, REFERENCE, VARIANTS, Variant
 from studies.cli import build_parser, main
-from studies.figures import DPI, render_png
+from studies.common.figures import DPI, render_png
 
 NAMES = [variant.name for variant in VARIANTS]
 #: Stand-in seconds per sample (first index, epoch) and bytes per sample, per variant.

@@ -21,8 +21,7 @@ from torch.utils.data import RandomSampler, WeightedRandomSampler
 
 from samplers import DistributedSamplerWrapper
 from studies import findings
-from studies.distributed import collection, unsharded_evaluation
-from studies.evaluation import (
+from studies.core.evaluation import (
     SCORE_LEVELS,
     is_correct,
     label,
@@ -30,6 +29,7 @@ from studies.evaluation import (
     score,
     zip_and_truncate,
 )
+from studies.engines import collection, unsharded_evaluation
 from studies.findings import exact_evaluation, tail_policies, wrapping_samplers
 from studies.findings import zip_and_truncate as zip_finding
 

@@ -14,7 +14,7 @@ from samplers import (
     InconsistentRanksError,
     gather_unsharded,
 )
-from studies.distributed.local_ranks import launch
+from studies.engines.local_ranks import launch
 
 WORLD_SIZE = 3
 SIZE = 23

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from studies.cases import Case
 from studies.cli import main
-from studies.simulate import COLUMNS, simulate
-from studies.summary import COLUMNS as SUMMARY_TABLE_COLUMNS
-from studies.summary import summarize
-from studies.tables import to_csv_text, to_json_records, to_json_text
-from studies.verdicts import verdicts
+from studies.core.cases import Case
+from studies.core.simulate import COLUMNS, simulate
+from studies.core.summary import COLUMNS as SUMMARY_TABLE_COLUMNS
+from studies.core.summary import summarize
+from studies.core.tables import to_csv_text, to_json_records, to_json_text
+from studies.core.verdicts import verdicts
 
 BASE = ["explain", "--dataset-size", "5", "--world-size", "2", "--batch-size", "4"]
 
@@ -142,16 +142,16 @@ def test_table_says_when_nothing_is_wrong_or_a_rank_is_empty(
 def test_worker_options_reach_the_in_process_dataloaders(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import studies.simulate
+    import studies.core.simulate
 
     seen: list[dict[str, Any]] = []
-    real = studies.simulate.case_rows
+    real = studies.core.simulate.case_rows
 
     def spy(case: Case, **options: Any) -> list[dict[str, Any]]:
         seen.append(options)
         return real(case, **options)
 
-    monkeypatch.setattr(studies.simulate, "case_rows", spy)  # explain imports it when run
+    monkeypatch.setattr(studies.core.simulate, "case_rows", spy)  # explain imports it when run
     _, without, _ = run(capsys, *BASE, "--format", "csv")
     code, with_workers, _ = run(capsys, *BASE, "--format", "csv", "--num-workers", "1")
     assert code == 0
@@ -181,7 +181,7 @@ def test_launch_passes_the_case_and_a_failed_launch_is_a_clean_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The wiring only; tests/test_launch.py runs --launch for real."""
-    import studies.distributed.case_runs
+    import studies.engines.case_runs
 
     calls: list[tuple[Case, dict[str, Any]]] = []
 
@@ -189,7 +189,7 @@ def test_launch_passes_the_case_and_a_failed_launch_is_a_clean_error(
         calls.append((case, options))
         raise RuntimeError("rank 1 of world_size=2 exited with code 1")
 
-    monkeypatch.setattr(studies.distributed.case_runs, "run_case", run_case)
+    monkeypatch.setattr(studies.engines.case_runs, "run_case", run_case)
     code, out, err = run(capsys, *BASE, "--num-workers", "2", "--launch")
     assert calls == [(Case(5, 2, 4), {"num_workers": 2, "persistent_workers": False})]
     assert code == 1
@@ -310,7 +310,7 @@ def _part_b() -> dict[str, bytes]:
 def test_progress_is_one_line_per_part_when_stderr_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from studies.parts import Part, run_parts
+    from studies.common.parts import Part, run_parts
 
     parts = [Part("cases", _part_a), Part("padding", _part_b)]
     done = run_parts(parts, progress=True)
@@ -329,7 +329,7 @@ def test_progress_is_one_line_per_part_when_stderr_is_not_a_terminal(
 def test_parts_in_worker_processes_come_back_in_order(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from studies.parts import Part, run_parts
+    from studies.common.parts import Part, run_parts
 
     parts = [Part(f"part {n}", _part_b if n % 2 else _part_a) for n in range(4)]
     done = run_parts(parts, workers=2)
@@ -339,7 +339,7 @@ def test_parts_in_worker_processes_come_back_in_order(
 def test_report_names_the_extra_it_needs(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import studies.extras as extras
+    import studies.common.extras as extras
     import studies.report
 
     monkeypatch.setattr(studies.report, "render", _refuse_to_render)
@@ -477,7 +477,7 @@ def test_version_answers_without_the_study_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import studies.console
-    from studies.extras import MissingExtra
+    from studies.common.extras import MissingExtra
 
     def missing(extra: str) -> None:
         raise MissingExtra(["pandas"], [extra])
@@ -591,7 +591,7 @@ def test_csv_and_json_carry_the_same_rows(
 def test_the_console_names_the_study_extra_when_a_module_is_missing(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import studies.extras as extras
+    import studies.common.extras as extras
     from studies.console import main as console_main
 
     monkeypatch.setitem(extras.EXTRAS, "study", (*extras.EXTRAS["study"], "no_such_study_lib"))
@@ -700,6 +700,6 @@ def test_help_and_argument_errors_import_neither_torch_nor_the_studies(argv: lis
 
 def test_the_check_commands_argument_names_are_the_kits() -> None:
     from samplers.testing import ARGUMENTS
-    from studies.check_cli import ARGUMENTS as NAMED
+    from studies.kit.cli import ARGUMENTS as NAMED
 
     assert NAMED == ARGUMENTS

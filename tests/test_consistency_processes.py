@@ -3,7 +3,7 @@ failing rank and its error, instead of the healthy ranks waiting in the collecti
 process group's timeout.
 
 Real processes (CPU, gloo on 127.0.0.1, the launch bounded by its timeout, the group
-destroyed at the end), through :func:`studies.distributed.local_ranks.launch`: 4 ranks as a
+destroyed at the end), through :func:`studies.engines.local_ranks.launch`: 4 ranks as a
 2 x 2 mesh (``dp`` x ``tp``), as in ``tests/test_groups_processes.py``.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch.distributed as dist
 
 from samplers import DistributedSampler, RankFailedError
-from studies.distributed.local_ranks import launch
+from studies.engines.local_ranks import launch
 
 pytestmark = pytest.mark.processes
 

@@ -591,7 +591,7 @@ def _extras() -> dict[str, list[str]]:
 def test_the_main_command_installs_what_the_report_imports() -> None:
     """Its extras hold every module the report checks for (hypothesis included), and
     the report checks the extras the main command installs."""
-    from studies.extras import EXTRAS
+    from studies.common.extras import EXTRAS
 
     main = readme_command("main-command")
     installed = re.search(r"-e '\.\[([a-z,]+)\]'", main)

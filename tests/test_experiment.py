@@ -17,11 +17,11 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-import studies.blog_post as blog_post
-from studies.cases import EXPERIMENT, Case
+import studies.core.blog_post as blog_post
+from studies.core.cases import EXPERIMENT, Case
+from studies.core.simulate import COLUMNS, IndexDataset, make_loader
+from studies.core.tables import to_labelled_csv_text
 from studies.findings import build, experiment
-from studies.simulate import COLUMNS, IndexDataset, make_loader
-from studies.tables import to_labelled_csv_text
 
 POST_LABELS = ["1", "2", "3", "4a", "4b", "5a", "5b", "6", "7"]
 

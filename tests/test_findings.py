@@ -27,11 +27,12 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedSampler, SamplerWarning
-from studies.cases import EXPERIMENT, Case
-from studies.distributed.collectives import COLLECTIVES
-from studies.distributed.collectives import COLUMNS as COLLECTIVE_COLUMNS
-from studies.distributed.versus_simulation import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
-from studies.evaluation import estimates, exact_accuracy, is_correct, rank_results
+from studies.core.cases import EXPERIMENT, Case
+from studies.core.evaluation import estimates, exact_accuracy, is_correct, rank_results
+from studies.core.simulate import case_rows
+from studies.engines.collectives import COLLECTIVES
+from studies.engines.collectives import COLUMNS as COLLECTIVE_COLUMNS
+from studies.engines.versus_simulation import MATCH_COLUMNS, MISMATCH_COLUMNS, Comparison
 from studies.findings import (
     batch_of_one,
     build,
@@ -54,7 +55,6 @@ from studies.findings import (
     tiny_datasets,
 )
 from studies.findings.memory import python_heap, tensor_bytes
-from studies.simulate import case_rows
 
 SAMPLERS = {"torch": StockSampler, "samplers": DistributedSampler}
 implementations = pytest.mark.parametrize("name", sorted(SAMPLERS))

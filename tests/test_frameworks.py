@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from samplers import DistributedSampler
-from studies.distributed.frameworks import (
+from studies.engines.frameworks import (
     BATCH_SIZE,
     DATASET_SIZE,
     EPOCHS,

@@ -1,7 +1,7 @@
 """``group=``, ``seed=None`` and ``check_consistent`` on a real 2 x 2 mesh (4 gloo ranks).
 
 Every test here starts real processes (CPU, gloo on 127.0.0.1, each launch bounded by its
-timeout, the group destroyed at the end) through :func:`studies.distributed.local_ranks.
+timeout, the group destroyed at the end) through :func:`studies.engines.local_ranks.
 launch`. The ranks arrange themselves as ``init_device_mesh("cpu", (2, 2),
 mesh_dim_names=("dp", "tp"))``: global ranks 0 and 1 are data-parallel rank 0, ranks 2
 and 3 data-parallel rank 1, and ``(0, 1)``, ``(2, 3)`` are the tensor-parallel groups.
@@ -27,8 +27,8 @@ from samplers import (
     DistributedSampler,
     DistributedSamplerWrapper,
 )
-from studies.distributed import mesh_runs
-from studies.distributed.local_ranks import launch
+from studies.engines import mesh_runs
+from studies.engines.local_ranks import launch
 from studies.findings import mesh_sharding
 
 pytestmark = pytest.mark.processes

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from samplers import testing as kit
-from studies import peers
 from studies.findings import guarantees
+from studies.kit import peers
 
 CELLS = Path(__file__).resolve().parents[1] / "reports" / "guarantees-cells.csv"
 TOKENS = "ours tokens"

@@ -30,7 +30,7 @@ def test_each_python_block_runs(block: str, capsys: pytest.CaptureFixture[str]) 
 
 def test_the_page_counts_the_guarantee_matrix_as_the_study_builds_it() -> None:
     from samplers.testing.registry import GUARANTEES
-    from studies.peers import COLUMNS
+    from studies.kit.peers import COLUMNS
 
     said = re.search(
         r"searches\s+(\d+)\s+guarantees\s+on\s+each\s+of\s+its\s+(\d+)\s+samplers", PAGE.read_text()

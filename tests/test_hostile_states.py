@@ -20,7 +20,7 @@ from samplers import (
     DistributedTokenBatchSampler,
 )
 from samplers.consistency import compare_settings
-from samplers.tokens.order import length_digest
+from samplers.tokens.held import length_digest
 
 LENGTHS = [5, 1, 8, 3, 9, 2, 7, 4, 6, 10, 2, 3]
 

@@ -17,8 +17,17 @@ import pytest
 from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
-from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
-from samplers.integrations.loop import LoopPosition, our_sampler
+from samplers import (
+    DistributedBatchSampler,
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedPackedBatchSampler,
+    DistributedPackedMixtureSampler,
+    DistributedSampler,
+    DistributedSamplerWrapper,
+    DistributedTokenBatchSampler,
+)
+from samplers.integrations.loop import BATCH_SAMPLERS, LoopPosition, our_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = 43
@@ -33,11 +42,30 @@ MODULES = {
 }
 
 
+#: Each sample's length, for the token and packed samplers; the mixtures' two sources are
+#: the dataset's two halves, weighted by their sizes (or tokens): every sample once.
+LENGTHS = [1 + (7 * index) % 13 for index in range(SIZE)]
+HALVES = [DATASET[:20], DATASET[20:]]
+
+
 def made(kind: str, world: int = 2, rank: int = 0, epoch: int = 0) -> Any:
+    tokens = [sum(LENGTHS[:20]), sum(LENGTHS[20:])]
     if kind == "batches":
         sampler: Any = DistributedBatchSampler(DATASET, BATCH, world, rank, tail="uneven")
     elif kind == "wrapper":
         sampler = DistributedSamplerWrapper(RandomSampler(DATASET), world, rank, tail="uneven")
+    elif kind == "tokens":
+        sampler = DistributedTokenBatchSampler(LENGTHS, 16, world, rank)
+    elif kind == "packed":
+        sampler = DistributedPackedBatchSampler(LENGTHS, 16, 2, world, rank, window=16)
+    elif kind == "mixture":
+        sampler = DistributedMixtureSampler(HALVES, [20, 23], world, rank, tail="uneven")
+    elif kind == "mixture batches":
+        sampler = DistributedMixtureBatchSampler(
+            HALVES, [20, 23], BATCH, world, rank, tail="uneven"
+        )
+    elif kind == "packed mixture":
+        sampler = DistributedPackedMixtureSampler(HALVES, tokens, LENGTHS, 16, 2, world, rank)
     else:
         sampler = DistributedSampler(DATASET, world, rank, tail="uneven")
     sampler.set_epoch(epoch)
@@ -45,12 +73,21 @@ def made(kind: str, world: int = 2, rank: int = 0, epoch: int = 0) -> Any:
 
 
 def arguments(sampler: Any) -> dict[str, Any]:
-    if isinstance(sampler, DistributedBatchSampler):
+    if isinstance(sampler, BATCH_SAMPLERS):
         return {"batch_sampler": sampler}
     return {"batch_size": BATCH, "sampler": sampler}
 
 
-KINDS = ("batches", "indices", "wrapper")
+KINDS = (
+    "batches",
+    "indices",
+    "wrapper",
+    "tokens",
+    "packed",
+    "mixture",
+    "mixture batches",
+    "packed mixture",
+)
 
 
 def python(code: str) -> subprocess.CompletedProcess[str]:
@@ -261,7 +298,8 @@ def test_sharded_trainer_checks_its_sampler(tmp_path: Path) -> None:
     )
     model = torch.nn.Linear(1, 1)
     try:
-        with pytest.raises(TypeError, match="train_sampler must be a DistributedBatchSampler"):
+        refused = r"train_sampler must be a sampler of samplers \(DistributedBatchSampler"
+        with pytest.raises(TypeError, match=refused):
             ShardedTrainer(
                 model=model, args=args, train_dataset=DATASET, train_sampler=RandomSampler(DATASET)
             )
@@ -287,7 +325,7 @@ def pipeline(nodes: Any, sampler: Any) -> Any:
     from samplers.integrations.torchdata import sampler_node
 
     source = sampler_node(sampler)
-    if not isinstance(sampler, DistributedBatchSampler):
+    if not isinstance(sampler, BATCH_SAMPLERS):
         source = nodes.Batcher(source, BATCH, drop_last=False)
     return nodes.Loader(nodes.Prefetcher(nodes.Mapper(source, list), 3))
 
@@ -295,7 +333,7 @@ def pipeline(nodes: Any, sampler: Any) -> Any:
 def test_sampler_node_refuses_other_samplers(nodes: Any) -> None:
     from samplers.integrations.torchdata import sampler_node
 
-    with pytest.raises(TypeError, match="sampler must be a DistributedSampler"):
+    with pytest.raises(TypeError, match=r"sampler must be a sampler of samplers \(Distributed"):
         sampler_node(RandomSampler(DATASET))
 
 
@@ -325,3 +363,24 @@ def test_a_pipeline_state_at_the_epochs_end_starts_the_next_epoch(nodes: Any) ->
     restored.load_state_dict(loader.state_dict())
     # What comes next is epoch 1 (after an empty rest of epoch 0, if the loader shows it).
     assert (list(restored) or list(restored)) == epochs[1]
+
+
+def test_the_trainer_is_warned_when_an_epoch_has_more_batches_than_it_plans() -> None:
+    """transformers' Trainer runs the first epoch's number of steps in every epoch: with a
+    token sampler whose counts vary (45 or 46 batches here), ShardedTrainer's callback
+    says how many batches a longer epoch leaves untrained."""
+    pytest.importorskip("transformers")
+    import random
+
+    from samplers import SamplerWarning
+    from samplers.integrations.transformers import epoch_batches, warn_shorter_plan
+
+    generator = random.Random(1)
+    lengths = [generator.randint(1, 300) for _ in range(500)]
+    sampler = DistributedTokenBatchSampler(lengths, 1024, 2, 0)
+    counts = [epoch_batches(sampler, epoch) for epoch in range(4)]
+    assert counts == [45, 46, 45, 46] and sampler.epoch == 0  # counted on copies
+    with pytest.warns(SamplerWarning, match="epoch 1 has 46 batches .* its last 1 are not"):
+        warn_shorter_plan(sampler, 1, counts[0])
+    warn_shorter_plan(sampler, 2, counts[0])  # as many as planned: nothing to say
+    warn_shorter_plan(made("batches"), 1, 1)  # a fixed batch size: counts never vary

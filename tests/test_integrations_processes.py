@@ -20,24 +20,26 @@ from typing import Any
 import pytest
 import torch
 
-from samplers import DistributedBatchSampler, DistributedSampler
+from samplers import DistributedBatchSampler, DistributedPackedMixtureSampler, DistributedSampler
 from samplers.resharding import ReshardingWarning
-from studies.distributed.frameworks import (
+from studies.engines.frameworks import (
     Items,
     RecordingModel,
     lightning_module,
     torchrun_environment,
 )
-from studies.distributed.local_ranks import launch
+from studies.engines.local_ranks import launch
 
 SIZE = 43
 BATCH = 4
 EPOCHS = 2
 #: Batches each rank trains on before the checkpoint.
 STEPS = 2
-#: Batches per rank and epoch: 22 or 21 samples in batches of 4, or the batch sampler's.
-STEPS_PER_EPOCH = 6
-KINDS = ("batches", "indices")
+KINDS = ("batches", "indices", "packed mixture")
+#: The packed mixture's documents: the two halves of the dataset, every document 3 tokens
+#: (rows of 6 hold two; its number of batches is the same every epoch, which the Trainer's
+#: step count assumes), weighted by their tokens: every sample once per epoch.
+HALVES = [range(20), range(20, SIZE)]
 
 pytestmark = [pytest.mark.processes, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -50,11 +52,13 @@ def sampler(kind: str) -> Any:
     """Ours over SIZE samples from the process group, exactly once per epoch."""
     if kind == "batches":
         return DistributedBatchSampler(range(SIZE), BATCH, tail="uneven")
+    if kind == "packed mixture":
+        return DistributedPackedMixtureSampler(HALVES, [20, 23], [3] * SIZE, 6, 2, window=8)
     return DistributedSampler(range(SIZE), tail="uneven")
 
 
 def loader_arguments(kind: str, made: Any) -> dict[str, Any]:
-    if kind == "batches":
+    if kind != "indices":
         return {"batch_sampler": made}
     return {"batch_size": BATCH, "sampler": made}
 
@@ -193,11 +197,11 @@ def _transformers(directory: str) -> dict[str, Any]:
     from samplers.integrations.transformers import STATE_FILE, ShardedTrainer
 
     class Epochs(TrainerCallback):  # type: ignore[misc]
-        def __init__(self, model: RecordingModel, stop_at: int | None = None) -> None:
-            self.model, self.stop_at = model, stop_at
+        def __init__(self, model: RecordingModel, per_epoch: int, stop_at: int | None) -> None:
+            self.model, self.per_epoch, self.stop_at = model, per_epoch, stop_at
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.model.epoch = state.global_step // STEPS_PER_EPOCH
+            self.model.epoch = state.global_step // self.per_epoch
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.global_step == self.stop_at:  # the job is interrupted here
@@ -226,12 +230,14 @@ def _transformers(directory: str) -> dict[str, Any]:
                 dataloader_num_workers=2,
                 **save,
             )
+            made = sampler(kind)
+            per_epoch = len(made) if kind != "indices" else -(-len(made) // BATCH)
             trainer = ShardedTrainer(
                 model=model,
                 args=arguments,
                 train_dataset=Items(),
-                train_sampler=sampler(kind),
-                callbacks=[Epochs(model, stop_at)],
+                train_sampler=made,
+                callbacks=[Epochs(model, per_epoch, stop_at)],
             )
             trainer.train(resume_from_checkpoint=resume or None)
             return model.seen

@@ -20,9 +20,9 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler
 from samplers import testing as kit
-from studies import peers
 from studies.cli import main
 from studies.findings import guarantees
+from studies.kit import peers
 
 #: For each guarantee, one of the project's samplers that gives it (a factory).
 HOLDERS = {
@@ -440,7 +440,7 @@ def test_the_committed_matrix_shows_what_its_claim_says() -> None:
 def test_a_missing_peer_fails_the_matrix_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import studies.extras as extras
+    import studies.common.extras as extras
 
     monkeypatch.setitem(extras.EXTRAS, "peers", (*extras.EXTRAS["peers"], "no_such_peer_lib"))
     with pytest.raises(extras.MissingExtra, match=r"no_such_peer_lib is not installed.*peers"):

@@ -12,7 +12,7 @@ from samplers import DistributedBatchSampler
 from samplers import testing as kit
 from samplers.testing.resumes import tail_allowance
 from samplers.testing.running import yields_batches
-from studies import peers
+from studies.kit import peers
 
 #: Where a batch sampler that drops its tail yields nothing at all: 2 samples, 1 rank,
 #: batch size 3, resumed on 2 ranks (the counterexample the kit once reported for ours).

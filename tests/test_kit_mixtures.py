@@ -18,10 +18,22 @@ def outcomes(factory) -> dict[str, bool | None]:
 
 
 @pytest.mark.parametrize(
-    "factory", [kit_mixtures.ours, kit_mixtures.ours_batches, kit_mixtures.ours_tokens_window1]
+    "factory",
+    [
+        kit_mixtures.ours,
+        kit_mixtures.ours_batches,
+        kit_mixtures.ours_tokens_window1,
+        kit_mixtures.ours_packed_window1,
+    ],
 )
 def test_ours_hold_every_mixture_guarantee(factory) -> None:
     assert outcomes(factory) == dict.fromkeys(MIXTURES, True)
+
+
+def test_the_packed_mixture_resumes_anywhere_and_keeps_every_weight() -> None:
+    found = {r.guarantee: r.holds for r in check_mixture(kit_mixtures.ours_packed)}
+    assert found["mixture-elastic-resume"] is True
+    assert found["mixture-positive-share"] is True
 
 
 def test_a_reweight_that_restarts_the_passes_is_caught_smallest() -> None:

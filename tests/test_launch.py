@@ -25,19 +25,19 @@ import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
-import studies.distributed.case_runs
-import studies.distributed.local_ranks as local_ranks
+import studies.engines.case_runs
+import studies.engines.local_ranks as local_ranks
 from samplers import DistributedSampler
-from studies.cases import EXPERIMENT, Case
-from studies.distributed.case_runs import Run, observe_on_rank, run_case, run_cases
-from studies.distributed.local_ranks import (
+from studies.core.cases import EXPERIMENT, Case
+from studies.core.simulate import COLUMNS, IndexDataset, make_loader, make_sampler, simulate
+from studies.engines.case_runs import Run, observe_on_rank, run_case, run_cases
+from studies.engines.local_ranks import (
     JoinFailed,
     LaunchTimeout,
     RankFailed,
     launch,
     serve_store,
 )
-from studies.simulate import COLUMNS, IndexDataset, make_loader, make_sampler, simulate
 
 #: Seconds the launcher gets in the failure tests: failures must be reported well before.
 LAUNCH_TIMEOUT = 60.0
@@ -284,13 +284,13 @@ def test_run_cases_with_workers_matches_the_simulation_in_order() -> None:
 @pytest.mark.timeout(120)
 def test_run_cases_launches_once_per_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
     launched: list[tuple[int, int]] = []
-    real_launch = studies.distributed.case_runs.launch
+    real_launch = studies.engines.case_runs.launch
 
     def counting(work, payload, world_size, **options):  # type: ignore[no-untyped-def]
         launched.append((world_size, len(payload)))
         return real_launch(work, payload, world_size, **options)
 
-    monkeypatch.setattr(studies.distributed.case_runs, "launch", counting)
+    monkeypatch.setattr(studies.engines.case_runs, "launch", counting)
     cases = [Case(3, 2, 2), Case(9, 1, 4), Case(4, 2, 1, implementation="samplers")]
     cases.append(Case(8, 2, 4, implementation="none"))
 

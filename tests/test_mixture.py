@@ -243,7 +243,7 @@ def test_resume_on_another_world_size_right_after_a_reweight() -> None:
     iterators = [iter(s) for s in four]
     head = stream(4, [[next(it) for _ in range(5)] for it in iterators])
     for s in four:
-        with pytest.warns(UserWarning, match="the iterator in progress keeps the old weights"):
+        with pytest.warns(UserWarning, match="the iteration in progress keeps the old weights"):
             s.set_weights([0, 3, 1])
     state = four[2].state_dict()
     assert state["position"] == 20

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from studies import mixture_bench, mixture_ways
-from studies.bench import mixture
+from studies.findings import mixture_record as mixture
+from studies.mixtures import bench as mixture_bench
+from studies.mixtures import ways as mixture_ways
 
 
 def made_up(ours: list[float]) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from studies import mixture_bench, mixture_ways
-from studies.bench import mixture
+from studies.findings import mixture_record as mixture
 from studies.findings import mixtures
+from studies.mixtures import bench as mixture_bench
+from studies.mixtures import ways as mixture_ways
 
 
 @pytest.fixture(scope="module")

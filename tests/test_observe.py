@@ -17,15 +17,15 @@ import torch.distributed as dist
 from torchrun_runs import ROOT, TORCHRUN_TIMEOUT
 from torchrun_runs import torchrun as run_torchrun
 
-from studies.cases import Case
 from studies.cli import main
-from studies.distributed import torchrun as torchrun_ranks
-from studies.distributed.local_ranks import WORKER_PRELOAD
-from studies.distributed.torchrun import ENVIRONMENT
-from studies.simulate import simulate
-from studies.summary import summarize
-from studies.tables import to_json_records
-from studies.verdicts import verdicts
+from studies.core.cases import Case
+from studies.core.simulate import simulate
+from studies.core.summary import summarize
+from studies.core.tables import to_json_records
+from studies.core.verdicts import verdicts
+from studies.engines import torchrun as torchrun_ranks
+from studies.engines.local_ranks import WORKER_PRELOAD
+from studies.engines.torchrun import ENVIRONMENT
 
 OBSERVE = ["observe", "--dataset-size", "11", "--batch-size", "2", "--format", "json"]
 
@@ -87,7 +87,7 @@ def test_a_failing_rank_fails_the_job_with_its_error() -> None:
 def test_a_torchrun_rank_starts_its_dataloader_workers_from_a_fork_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Not by forking the rank (see studies.distributed.local_ranks): the group is faked."""
+    """Not by forking the rank (see studies.engines.local_ranks): the group is faked."""
     for name, value in zip(ENVIRONMENT, ("0", "1", "127.0.0.1", "29500"), strict=True):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torchrun_ranks, "backend", lambda: "gloo")

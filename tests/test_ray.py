@@ -20,6 +20,11 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import (
     DistributedBatchSampler,
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
+    DistributedPackedBatchSampler,
+    DistributedPackedMixtureSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
@@ -31,7 +36,7 @@ import ray  # noqa: E402
 import ray.train  # noqa: E402
 import ray.train.torch  # noqa: E402
 
-from studies.distributed import ray_resized, ray_runs  # noqa: E402
+from studies.engines import ray_resized, ray_runs  # noqa: E402
 from studies.findings import engines  # noqa: E402
 
 # Ray Data's configuration warns of its own deprecated options when Ray Train imports it.
@@ -41,15 +46,37 @@ SIZE = 43
 DATASET = list(range(SIZE))
 
 
+#: A mixture of the dataset's two halves, weighted by their sizes: each sample once an epoch.
+HALVES = [DATASET[:20], DATASET[20:]]
+
+
 def built(kind: str, world: int, rank: int) -> DataLoader[Any]:
+    lengths = ray_runs.LENGTHS
+    sampler: Any
     if kind == "batches":
         return DataLoader(
             DATASET, batch_sampler=DistributedBatchSampler(DATASET, 4, world, rank, tail="uneven")
         )
     if kind == "tokens":
-        lengths = ray_runs.LENGTHS
-        sampler: Any = DistributedTokenBatchSampler(lengths, 16, world, rank)
+        sampler = DistributedTokenBatchSampler(lengths, 16, world, rank)
         return DataLoader(DATASET, batch_sampler=sampler)
+    if kind == "packed":
+        sampler = DistributedPackedBatchSampler(lengths, 16, 2, world, rank, window=16)
+        return DataLoader(DATASET, batch_sampler=sampler)
+    if kind == "mixture":
+        sampler = DistributedMixtureSampler(HALVES, [20, 23], world, rank, tail="uneven")
+        return DataLoader(sampler.dataset, batch_size=4, sampler=sampler)
+    if kind == "mixture batches":
+        sampler = DistributedMixtureBatchSampler(HALVES, [20, 23], 4, world, rank, tail="uneven")
+        return DataLoader(sampler.dataset, batch_sampler=sampler)
+    if kind == "mixture tokens":
+        halves = [sum(lengths[:20]), sum(lengths[20:])]
+        sampler = DistributedMixtureTokenBatchSampler(HALVES, halves, lengths, 16, world, rank)
+        return DataLoader(sampler.dataset, batch_sampler=sampler)
+    if kind == "packed mixture":
+        halves = [sum(lengths[:20]), sum(lengths[20:])]
+        sampler = DistributedPackedMixtureSampler(HALVES, halves, lengths, 16, 2, world, rank)
+        return DataLoader(sampler.dataset, batch_sampler=sampler)
     if kind == "wrapper":
         sampler = DistributedSamplerWrapper(RandomSampler(DATASET), world, rank, tail="uneven")
     else:
@@ -63,23 +90,85 @@ def prepared(kind: str, world: int, rank: int, monkeypatch: pytest.MonkeyPatch) 
     return integration.prepare_data_loader(built(kind, world, rank), move_to_device=False)
 
 
-KINDS = ("indices", "batches", "tokens", "wrapper")
+KINDS = (
+    "indices",
+    "batches",
+    "tokens",
+    "wrapper",
+    "packed",
+    "mixture",
+    "mixture batches",
+    "mixture tokens",
+    "packed mixture",
+)
 
 
-@pytest.mark.parametrize("kind", ["batches", "tokens", "wrapper"])
-def test_ray_prepare_data_loader_refuses_a_sampler_of_ours_it_would_replace(kind: str) -> None:
-    # Without the refusal, Ray rebuilds the loader around a stock sampler of its own.
-    with pytest.raises(TypeError, match=r"samplers\.integrations\.ray\.prepare_data_loader"):
-        ray.train.torch.prepare_data_loader(built(kind, 2, 0))
+def our_sampler_of(loader: DataLoader[Any]) -> Any:
+    from samplers.integrations.loop import our_sampler
+
+    return our_sampler(loader)[0]
 
 
-def test_ray_prepare_data_loader_refusal_is_installed_once() -> None:
+class _Context:
+    """What Ray's ``prepare_data_loader`` asks of ``ray.train.get_context()``."""
+
+    def __init__(self, world: int, rank: int) -> None:
+        self.world, self.rank = world, rank
+
+    def get_world_size(self) -> int:
+        return self.world
+
+    def get_world_rank(self) -> int:
+        return self.rank
+
+
+@contextlib.contextmanager
+def ray_worker(world: int, rank: int, store: Path) -> Any:
+    """Ray's context answered as worker ``rank`` of ``world`` (no cluster), in a gloo group
+    of this process alone (the stock sampler Ray builds reads the default group)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ray.train, "get_context", lambda: _Context(world, rank))
+            yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_importing_the_integration_leaves_rays_own_function_as_it_is(tmp_path: Path) -> None:
     import importlib
 
-    refusing = ray.train.torch.prepare_data_loader
+    rays = ray.train.torch.prepare_data_loader
     importlib.reload(integration)
-    assert ray.train.torch.prepare_data_loader is refusing
-    assert not getattr(refusing.__wrapped__, "__dsampler_refusing__", False)
+    assert ray.train.torch.prepare_data_loader is rays
+    assert rays.__module__.startswith("ray.train.") and not hasattr(rays, "__wrapped__")
+    # Ray's function, unpatched, still takes what it took: a loader over our index sampler
+    # (a torch DistributedSampler) or, with add_dist_sampler=False, over any sampler.
+    with ray_worker(2, 0, tmp_path / "store"):
+        for kind in KINDS:
+            loader = built(kind, 2, 0)
+            kept = ray.train.torch.prepare_data_loader(
+                loader, add_dist_sampler=False, move_to_device=False
+            )
+            assert kept is loader
+        # A loader ours prepared keeps our sampler under Ray's default call too.
+        prepared_loader = ray.train.torch.prepare_data_loader(
+            integration.prepare_data_loader(built("indices", 2, 0), move_to_device=False),
+            move_to_device=False,
+        )
+        assert isinstance(prepared_loader, integration.PreparedDataLoader)
+
+
+@pytest.mark.parametrize("kind", ["batches", "tokens", "wrapper", "mixture", "mixture batches"])
+def test_rays_own_function_replaces_any_other_sampler_of_ours(kind: str, tmp_path: Path) -> None:
+    """What the Ray guide warns of, measured: ours is the supported path."""
+    ours = our_sampler_of(built(kind, 2, 0))
+    with ray_worker(2, 0, tmp_path / "store"):
+        rebuilt = ray.train.torch.prepare_data_loader(built(kind, 2, 0), move_to_device=False)
+    assert isinstance(rebuilt.sampler, StockSampler)
+    assert type(ours) not in {type(rebuilt.sampler), type(rebuilt.batch_sampler)}
 
 
 @pytest.mark.parametrize("kind", KINDS)

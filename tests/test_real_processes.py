@@ -12,12 +12,14 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-import studies.distributed.versus_simulation
+import studies.engines.versus_simulation
 from samplers.plan import EpochPlan, ShardSizes
 from studies import findings
-from studies.cases import EXPERIMENT, Case
-from studies.distributed.case_runs import Run
-from studies.distributed.collectives import (
+from studies.core.cases import EXPERIMENT, Case
+from studies.core.evaluation import exact_accuracy, is_correct
+from studies.core.simulate import case_rows
+from studies.engines.case_runs import Run
+from studies.engines.collectives import (
     COLLECTIVES,
     COLUMNS,
     DATASET_SIZES,
@@ -25,16 +27,14 @@ from studies.distributed.collectives import (
     evaluation_case,
     measure,
 )
-from studies.distributed.versus_simulation import (
+from studies.engines.versus_simulation import (
     MATCH_COLUMNS,
     MISMATCH_COLUMNS,
     Comparison,
     compare,
     verification_runs,
 )
-from studies.evaluation import exact_accuracy, is_correct
 from studies.findings import collective_evaluation, real_processes
-from studies.simulate import case_rows
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_compare_shows_a_mismatch_in_full(monkeypatch: pytest.MonkeyPatch) -> No
     runs = [Run(Case(5, 2, 2)), Run(Case(7, 3, 2, implementation="samplers"), 2)]
     real = [case_rows(run.case) for run in runs]
     real[1][0] = {**real[1][0], "indices": [999]}
-    monkeypatch.setattr(studies.distributed.versus_simulation, "run_many", _returning(real))
+    monkeypatch.setattr(studies.engines.versus_simulation, "run_many", _returning(real))
 
     result = compare(runs, labels=["good", "bad"])
 

@@ -24,7 +24,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import studies.report as report
-from studies.figures import draw_layout, draw_lines, render_png
+from studies.common.figures import draw_layout, draw_lines, render_png
 from studies.findings import Table, cost, is_slow, modules
 from studies.report import MANIFEST, finding_header, render, write_reports
 

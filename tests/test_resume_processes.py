@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from samplers import DistributedBatchSampler, DistributedSampler
-from studies.distributed.local_ranks import launch
+from studies.engines.local_ranks import launch
 
 SIZE = 101
 BATCH = 4

@@ -1,4 +1,4 @@
-"""What each sampler holds per rank (``studies.sampler_memory``), against measurements,
+"""What each sampler holds per rank (``studies.core.sampler_memory``), against measurements,
 and ``explain --summary`` flagging what no machine can hold."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import pytest
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers import DistributedSampler
-from studies.cases import Case
 from studies.cli import main
-from studies.findings.memory import python_heap, tensor_bytes
-from studies.sampler_memory import (
+from studies.core.cases import Case
+from studies.core.sampler_memory import (
     NO_MACHINE,
     SAMPLERS,
     beyond_any_machine,
@@ -20,7 +19,8 @@ from studies.sampler_memory import (
     memory_problem,
     python_int_list,
 )
-from studies.simulate import IndexDataset
+from studies.core.simulate import IndexDataset
+from studies.findings.memory import python_heap, tensor_bytes
 
 N = 100_000
 

@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from samplers.plan import ShardSizes
-from studies import plan_summary
-from studies.cases import CASE_COLUMNS, EXPERIMENT, Case
-from studies.plan_summary import loader_shares, planned_summary
-from studies.simulate import frame, simulate
-from studies.summary import COLUMNS, SUMMARY_COLUMNS, summarize
-from studies.verdicts import VERDICT_NAMES, Verdict, verdicts
+from studies.core import plan_summary
+from studies.core.cases import CASE_COLUMNS, EXPERIMENT, Case
+from studies.core.plan_summary import loader_shares, planned_summary
+from studies.core.simulate import frame, simulate
+from studies.core.summary import COLUMNS, SUMMARY_COLUMNS, summarize
+from studies.core.verdicts import VERDICT_NAMES, Verdict, verdicts
 
 
 def summary_of(case: Case) -> dict[str, Any]:

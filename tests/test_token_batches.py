@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from studies import token_bench, token_lengths
 from studies.findings import build, token_batches
 from studies.findings.wording import count_of
-from studies.token_batching import greedy_batches, measure, order_change, sorted_by_size
+from studies.tokens import bench as token_bench
+from studies.tokens import lengths as token_lengths
+from studies.tokens.batching import greedy_batches, measure, order_change, sorted_by_size
 
 NAMES = token_batches.NAMES
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from studies import token_timing
 from studies.findings import build, token_costs
 from studies.findings.wording import count_of
-from studies.token_costing import QUADRATIC, measure, quadratic_budget
+from studies.tokens import timing as token_timing
+from studies.tokens.costing import QUADRATIC, measure, quadratic_budget
 
 NAMES = token_costs.NAMES
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from studies import token_timing
-from studies.token_costing import simulated_step
-from studies.token_timing import (
+from studies.tokens import timing as token_timing
+from studies.tokens.costing import simulated_step
+from studies.tokens.timing import (
     Batch,
     TinyTransformer,
     chosen_steps,

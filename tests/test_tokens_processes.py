@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from samplers import DistributedTokenBatchSampler
-from studies.distributed.local_ranks import launch
+from studies.engines.local_ranks import launch
 
 SIZE = 600
 MAX_TOKENS = 2048

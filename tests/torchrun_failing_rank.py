@@ -10,7 +10,7 @@ import os
 import sys
 
 from studies.cli import main
-from studies.simulate import IndexDataset
+from studies.core.simulate import IndexDataset
 
 
 def _broken(self: IndexDataset, index: int) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from studies.distributed.torchrun import ENVIRONMENT
+from studies.engines.torchrun import ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds one torchrun run may take by default (3 or 4 ranks importing torch on 2 cores).

@@ -38,11 +38,12 @@ _DRAWN = ("self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler"
 def prepare_data_loader(dataloader: DataLoader[Any], accelerator: Accelerator) -> DataLoader[Any]:
     """``dataloader``, prepared for ``accelerator`` without sharding it a second time.
 
-    ``dataloader`` is a ``DataLoader`` over a sampler of ours (``batch_sampler=``
-    :class:`~samplers.DistributedBatchSampler`, or ``sampler=``
-    :class:`~samplers.DistributedSampler` / :class:`~samplers.DistributedSamplerWrapper`),
-    which gives this rank its share. The result yields exactly that share's batches, and
-    otherwise behaves as a loader ``accelerator.prepare`` returns:
+    ``dataloader`` is a ``DataLoader`` over a sampler of ours (``batch_sampler=`` a batch
+    sampler of ours: the batch, token, packed and mixture batch samplers; or ``sampler=``
+    :class:`~samplers.DistributedSampler`, :class:`~samplers.DistributedSamplerWrapper` or
+    :class:`~samplers.DistributedMixtureSampler`), which gives this rank its share. The
+    result yields exactly that share's batches, and otherwise behaves as a loader
+    ``accelerator.prepare`` returns:
 
     * batches are placed on ``accelerator.device`` (when device placement is on);
     * gradient accumulation sees the loader's end (``accelerator.accumulate`` and

@@ -21,7 +21,13 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
-from samplers.integrations.loop import LoopPosition, StandIn, framework, our_sampler
+from samplers.integrations.loop import (
+    LoopPosition,
+    StandIn,
+    TrackedDataLoader,
+    framework,
+    our_sampler,
+)
 
 try:
     import lightning.fabric  # noqa: F401  (Lightning itself is only needed to train with it)
@@ -34,13 +40,15 @@ except ImportError:  # pragma: no cover - the error names the extra
 __all__ = ["ShardedDataLoader"]
 
 
-class ShardedDataLoader(DataLoader[Any]):
+class ShardedDataLoader(TrackedDataLoader):
     """A ``DataLoader`` over a sampler of ours, for Lightning's Trainer and Fabric.
 
     Guarantee: it takes ``DataLoader``'s arguments and yields exactly what that DataLoader
-    yields; its sampler is a :class:`~samplers.DistributedBatchSampler` (``batch_sampler=``)
-    or a :class:`~samplers.DistributedSampler` / :class:`~samplers.DistributedSamplerWrapper`
-    (``sampler=`` with ``batch_size``), otherwise it raises ``TypeError``. Then:
+    yields; its sampler is a sampler of ours: a batch sampler (``batch_sampler=``: the
+    batch, token, packed and mixture batch samplers) or an index sampler (``sampler=``
+    with ``batch_size``: :class:`~samplers.DistributedSampler`,
+    :class:`~samplers.DistributedSamplerWrapper`, :class:`~samplers.DistributedMixtureSampler`),
+    otherwise it raises ``TypeError``. Then:
 
     * ``loader.sampler`` is a torch ``DistributedSampler`` (ours itself, or one standing
       for it), so Lightning's Trainer and Fabric, under their defaults, see a loader that
@@ -79,16 +87,14 @@ class ShardedDataLoader(DataLoader[Any]):
             return resumed[2]
         return super().__len__()
 
-    # A generator rather than DataLoader's iterator type: the override's return type narrows
-    # to what a training loop uses.
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def _batches(self) -> Iterator[Any]:
         # A generator: the DataLoader's iterator starts at the first batch requested, after
         # the framework has set this epoch (Lightning calls iter() before set_epoch).
         resumed, self._resumed = self._resumed, None
         continues = resumed is not None and resumed[0] == self._position.sampler.epoch
         self._before = resumed[1] if resumed is not None and continues else 0
         length = super().__len__()  # what this iteration yields, before it starts
-        yield from self._position.track(super().__iter__(), length)
+        yield from self._position.track(DataLoader.__iter__(self), length)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state at the loop's step, the epoch's batches taken, whether done."""

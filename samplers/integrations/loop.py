@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, cast
 
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as _StockDistributedSampler
 
 from samplers.batch_sampler import DistributedBatchSampler
+from samplers.mixture.sampler import DistributedMixtureBatchSampler, DistributedMixtureSampler
 from samplers.sampler import DistributedSampler
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 from samplers.wrapper import DistributedSamplerWrapper
@@ -24,14 +26,19 @@ __all__ = [
     "INDEX_SAMPLERS",
     "LoopPosition",
     "StandIn",
+    "TrackedDataLoader",
     "framework",
     "our_sampler",
 ]
 
-#: Our samplers that yield indices (a DataLoader batches them with its BatchSampler).
-INDEX_SAMPLERS = (DistributedSampler, DistributedSamplerWrapper)
-#: Our samplers that yield batches (a DataLoader takes them as ``batch_sampler``).
-BATCH_SAMPLERS = (DistributedBatchSampler, DistributedTokenBatchSampler)
+INDEX_SAMPLERS = (DistributedSampler, DistributedSamplerWrapper, DistributedMixtureSampler)
+"""Our samplers that yield indices (a DataLoader batches them with its BatchSampler)."""
+BATCH_SAMPLERS = (
+    DistributedBatchSampler,
+    DistributedTokenBatchSampler,
+    DistributedMixtureBatchSampler,
+)
+"""Our samplers that yield batches (a DataLoader takes them as ``batch_sampler``)."""
 
 _T = TypeVar("_T")
 
@@ -47,11 +54,12 @@ def framework(module: str, extra: str) -> ImportError:
 def our_sampler(loader: Any) -> tuple[Any, int]:
     """The sampler of ours that drives ``loader``, and how many of its items make a batch.
 
-    A :class:`~samplers.DistributedBatchSampler` or
-    :class:`~samplers.DistributedTokenBatchSampler` passed as ``batch_sampler`` (one item,
-    a batch, per batch), or a :class:`~samplers.DistributedSampler` or
-    :class:`~samplers.DistributedSamplerWrapper` passed as ``sampler`` (``batch_size``
-    indices per batch). Raises ``TypeError`` naming what the loader holds otherwise.
+    A batch sampler of ours passed as ``batch_sampler`` (:data:`BATCH_SAMPLERS`: the
+    batch, token, packed and mixture batch samplers; one item, a batch, per batch), or
+    an index sampler of ours passed as ``sampler`` (:data:`INDEX_SAMPLERS`:
+    :class:`~samplers.DistributedSampler`, :class:`~samplers.DistributedSamplerWrapper`,
+    :class:`~samplers.DistributedMixtureSampler`; ``batch_size`` indices per batch).
+    Raises ``TypeError`` naming what the loader holds otherwise.
     """
     batch_sampler = getattr(loader, "batch_sampler", None)
     if isinstance(batch_sampler, BATCH_SAMPLERS):
@@ -62,10 +70,10 @@ def our_sampler(loader: Any) -> tuple[Any, int]:
         return inner, batch_size
     held = type(inner if inner is not None else batch_sampler).__name__
     raise TypeError(
-        "the loader must be driven by a sampler of ours: DataLoader(dataset, "
-        "batch_sampler=DistributedBatchSampler(...) or DistributedTokenBatchSampler(...)) or "
-        "DataLoader(dataset, batch_size=..., "
-        f"sampler=DistributedSampler(...) or DistributedSamplerWrapper(...)); it holds {held}"
+        "the loader must be driven by a sampler of ours: DataLoader(dataset, batch_sampler="
+        f"{' or '.join(k.__name__ + '(...)' for k in BATCH_SAMPLERS)}) or DataLoader(dataset, "
+        f"batch_size=..., sampler={' or '.join(k.__name__ + '(...)' for k in INDEX_SAMPLERS)});"
+        f" it holds {held}"
     )
 
 
@@ -114,6 +122,22 @@ class LoopPosition:
         self._taken, self._length = 0, None
 
 
+class TrackedDataLoader(DataLoader[Any]):
+    """A ``DataLoader`` whose iteration is a generator of the same batches
+    (:meth:`_batches`), so that it can count what the training loop took
+    (:class:`LoopPosition`) and start the DataLoader's own iterator only at the first
+    batch requested; the base of the frameworks' stateful loaders."""
+
+    # DataLoader's __iter__ is typed to return its own iterator class; a generator of the
+    # same batches is what a training loop uses, and a different type is the point.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
+        """This iteration's batches (a subclass's generator)."""
+        raise NotImplementedError(f"{type(self).__name__} must define _batches")
+
+
 class StandIn(_StockDistributedSampler[Any]):
     """A torch ``DistributedSampler`` standing for a sampler of ours that is not one.
 
@@ -139,6 +163,7 @@ class StandIn(_StockDistributedSampler[Any]):
         self.epoch = ours.epoch
 
     def set_epoch(self, epoch: int) -> None:
+        """Set our sampler's epoch (through the callable given, if any), and mirror it."""
         self._set_epoch(epoch)
         self.epoch = self.ours.epoch
 

@@ -2,13 +2,15 @@
 
 ``ray.train.torch.prepare_data_loader(loader)`` rebuilds every loader whose ``sampler`` is
 not a torch ``DistributedSampler`` around a stock ``DistributedSampler`` of its own. A
-loader built with ``batch_sampler=`` (our :class:`~samplers.DistributedBatchSampler` or
-:class:`~samplers.DistributedTokenBatchSampler`) has a ``SequentialSampler`` there and
-``batch_size=None``, so the rebuilt loader yields one sample per step, in an order that is
-not shuffled, and our sampler is gone, without a warning. It also wraps the loader in one
-that fetches a batch ahead of the loop, so a sampler's own ``state_dict`` taken in the loop
-is a batch ahead. :func:`prepare_data_loader` is the replacement for that one call, in the
-training function::
+loader built with ``batch_sampler=`` (any batch sampler of ours: batch, token, packed,
+mixture) has a ``SequentialSampler`` there and ``batch_size=None``, so the rebuilt loader
+yields one sample per step, or fails at its first batch, and our sampler is gone; a
+:class:`~samplers.DistributedMixtureSampler` or :class:`~samplers.DistributedSamplerWrapper`
+is replaced by a stock sampler, its weights or its wrapped sampler gone. Without a
+warning either way. It also wraps the loader in one that fetches a batch ahead of the
+loop (``move_to_device=True``, its default), so a sampler's own ``state_dict`` taken in
+the loop is a batch ahead. :func:`prepare_data_loader` is the replacement for that one
+call, for every sampler of ours, in the training function::
 
     loader = prepare_data_loader(DataLoader(dataset, batch_sampler=sampler))
     load_state(loader)  # continue from ray.train.get_checkpoint(), if there is one
@@ -19,14 +21,16 @@ training function::
                 save_state(directory, loader)
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory))
 
-Importing this module also makes ``ray.train.torch.prepare_data_loader`` refuse, with a
-``TypeError`` naming :func:`prepare_data_loader`, a loader over a sampler of ours that it
-would otherwise replace (a batch sampler, or :class:`~samplers.DistributedSamplerWrapper`).
+Ray's own function is left as it is (this module patches nothing): call this one instead
+of it. Not Ray's after this one: it would keep our sampler but wrap the prepared loader
+in its device-moving loader, which fetches a batch ahead and has no ``state_dict``.
+``ray.train.torch.prepare_data_loader(loader, add_dist_sampler=False,
+move_to_device=False)`` also keeps any sampler and fetches nothing ahead, but counts no
+epochs and keeps no state.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import os
@@ -38,13 +42,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from samplers.integrations.loop import (
-    BATCH_SAMPLERS,
     LoopPosition,
     StandIn,
+    TrackedDataLoader,
     framework,
     our_sampler,
 )
-from samplers.wrapper import DistributedSamplerWrapper
 
 try:
     import ray.train
@@ -84,12 +87,13 @@ def prepare_data_loader(
 ) -> PreparedDataLoader:
     """``data_loader`` prepared for a Ray Train worker, over our sampler as it is.
 
-    ``data_loader`` is a ``DataLoader`` over a sampler of ours (``batch_sampler=``
-    :class:`~samplers.DistributedBatchSampler` or
-    :class:`~samplers.DistributedTokenBatchSampler`, or ``sampler=``
-    :class:`~samplers.DistributedSampler` / :class:`~samplers.DistributedSamplerWrapper`
-    with ``batch_size``), placed as Ray placed this worker (:func:`placement`); otherwise
-    ``TypeError`` / ``ValueError`` name what is wrong. The result is a
+    ``data_loader`` is a ``DataLoader`` over a sampler of ours (``batch_sampler=`` any
+    batch sampler of ours: :class:`~samplers.DistributedBatchSampler`, the token, packed
+    and mixture batch samplers; or ``sampler=`` :class:`~samplers.DistributedSampler`,
+    :class:`~samplers.DistributedSamplerWrapper` or
+    :class:`~samplers.DistributedMixtureSampler` with ``batch_size``), placed as Ray
+    placed this worker (:func:`placement`); otherwise ``TypeError`` / ``ValueError`` name
+    what is wrong. The result is a
     :class:`PreparedDataLoader`: the same batches with our sharding, tail policy and seed,
     on ``ray.train.torch.get_device()`` when ``move_to_device``.
     """
@@ -126,7 +130,7 @@ def _options(data_loader: DataLoader[Any]) -> dict[str, Any]:
     }
 
 
-class PreparedDataLoader(DataLoader[Any]):
+class PreparedDataLoader(TrackedDataLoader):
     """A ``DataLoader`` over a sampler of ours for a Ray Train worker, stateful.
 
     Guarantee: each iteration yields exactly the batches of the DataLoader it was prepared
@@ -136,7 +140,7 @@ class PreparedDataLoader(DataLoader[Any]):
       which a whole iteration advances by one. ``loader.set_epoch(epoch)`` (or
       ``loader.sampler.set_epoch(epoch)``, as Ray's guide writes it) sets it explicitly;
     * ``loader.sampler`` is a torch ``DistributedSampler`` (ours itself, or one standing
-      for it), so ``ray.train.torch.prepare_data_loader`` leaves the loader as it is;
+      for it), so frameworks that replace any other sampler keep ours;
     * ``state_dict()`` is the sampler's state at the step the training loop reached (what
       the loop received, however far DataLoader workers fetched ahead), and after
       ``load_state_dict`` the next iteration continues that epoch exactly, on this or
@@ -174,15 +178,13 @@ class PreparedDataLoader(DataLoader[Any]):
         self._position.sampler.set_epoch(epoch)
         self._epoch = self._told = int(self._position.sampler.epoch)
 
-    # A generator rather than DataLoader's iterator type: the override's return type narrows
-    # to what a training loop uses.
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+    def _batches(self) -> Iterator[Any]:
         sampler = self._position.sampler
         if sampler.epoch != self._told:  # set on the sampler itself: that one runs
             self._epoch = int(sampler.epoch)
         self.set_epoch(self._epoch)
         length = super().__len__()  # what this iteration yields, before it starts
-        batches = self._position.track(super().__iter__(), length)
+        batches = self._position.track(DataLoader.__iter__(self), length)
         for batch in batches:
             yield batch if self._device is None else _moved(batch, self._device)
         if self._position.finished:
@@ -206,7 +208,8 @@ def _moved(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
     if isinstance(batch, Mapping):
-        return type(batch)({key: _moved(value, device) for key, value in batch.items()})  # type: ignore[call-arg]
+        mapping: Any = type(batch)  # a Mapping's class: built from a dict of its items
+        return mapping({key: _moved(value, device) for key, value in batch.items()})
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
         return type(batch)(*(_moved(item, device) for item in batch))
     if isinstance(batch, (tuple, list)):
@@ -261,29 +264,3 @@ def load_state(
             )
         loader.load_state_dict(json.loads(path.read_text()))
     return True
-
-
-def _refusing(prepare: Any) -> Any:
-    """Ray's ``prepare_data_loader``, refusing a loader over a sampler of ours it would
-    replace (a batch sampler, or the wrapper)."""
-
-    @functools.wraps(prepare)
-    def refusing(data_loader: Any, *args: Any, **kwargs: Any) -> Any:
-        add = kwargs.get("add_dist_sampler", args[0] if args else True)
-        held = getattr(data_loader, "batch_sampler", None)
-        if not isinstance(held, BATCH_SAMPLERS):
-            held = getattr(data_loader, "sampler", None)
-        if isinstance(held, (*BATCH_SAMPLERS, DistributedSamplerWrapper)) and add:
-            raise TypeError(
-                f"ray.train.torch.prepare_data_loader would replace the loader's "
-                f"{type(held).__name__} with a stock DistributedSampler of its own; use "
-                "samplers.integrations.ray.prepare_data_loader(loader) instead"
-            )
-        return prepare(data_loader, *args, **kwargs)
-
-    refusing.__dsampler_refusing__ = True  # type: ignore[attr-defined]
-    return refusing
-
-
-if not getattr(ray.train.torch.prepare_data_loader, "__dsampler_refusing__", False):
-    ray.train.torch.prepare_data_loader = _refusing(ray.train.torch.prepare_data_loader)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from samplers.batch_sampler import DistributedBatchSampler
-from samplers.integrations.loop import INDEX_SAMPLERS, framework
+from samplers.integrations.loop import BATCH_SAMPLERS, INDEX_SAMPLERS, framework
 
 try:
     from torchdata.nodes import SamplerWrapper
@@ -33,15 +32,16 @@ def sampler_node(sampler: Any) -> SamplerWrapper[Any]:
     """The source node of a ``torchdata.nodes`` pipeline over ``sampler``.
 
     Guarantee: the node yields the sampler's items (indices, or batches of indices for a
-    :class:`~samplers.DistributedBatchSampler`), epoch after epoch from the sampler's
+    batch sampler of ours), epoch after epoch from the sampler's
     current epoch, setting each epoch on the sampler; a pipeline state taken at any item
     and loaded into a new pipeline over a new sampler of the same dataset continues that
     epoch exactly (on the same or another number of processes, with the new sampler's
     placement), because the node's state holds the sampler's state.
     """
-    if not isinstance(sampler, (DistributedBatchSampler, *INDEX_SAMPLERS)):
+    if not isinstance(sampler, (*BATCH_SAMPLERS, *INDEX_SAMPLERS)):
+        ours = ", ".join(kind.__name__ for kind in (*INDEX_SAMPLERS, *BATCH_SAMPLERS))
         raise TypeError(
-            "sampler must be a DistributedSampler, DistributedBatchSampler or "
-            f"DistributedSamplerWrapper of samplers, got {type(sampler).__name__}"
+            f"sampler must be a sampler of samplers ({ours}, or a subclass), got "
+            f"{type(sampler).__name__}"
         )
     return SamplerWrapper(sampler, initial_epoch=sampler.epoch)

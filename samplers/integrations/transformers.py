@@ -10,6 +10,7 @@ sampler as an argument instead and prepares its loader with
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -19,9 +20,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from samplers.batch_sampler import DistributedBatchSampler
 from samplers.checks import SamplerWarning
-from samplers.integrations.loop import INDEX_SAMPLERS, framework
+from samplers.integrations.loop import BATCH_SAMPLERS, INDEX_SAMPLERS, framework
 
 try:
     import transformers
@@ -49,33 +49,41 @@ class ShardedTrainer(transformers.Trainer):
     ``train(resume_from_checkpoint=...)`` continues the interrupted epoch from that state
     instead of skipping batches, as if ``ignore_data_skip`` were set for that call.
 
-    ``train_sampler`` is a :class:`~samplers.DistributedBatchSampler` (every rank the
-    same number of batches, which DDP's per-step gradient all-reduce needs; its
-    ``batch_size`` must be ``per_device_train_batch_size``), or a
-    :class:`~samplers.DistributedSampler` / :class:`~samplers.DistributedSamplerWrapper`,
-    batched with ``per_device_train_batch_size`` and ``dataloader_drop_last``. Build it
+    ``train_sampler`` is a batch sampler of ours (every rank the same number of batches,
+    which DDP's per-step gradient all-reduce needs: :class:`~samplers.DistributedBatchSampler`
+    and :class:`~samplers.DistributedMixtureBatchSampler`, whose ``batch_size`` must be
+    ``per_device_train_batch_size``, or the token, packed and packed mixture samplers,
+    whose batches the budget sizes), or an index sampler of ours
+    (:class:`~samplers.DistributedSampler`, :class:`~samplers.DistributedSamplerWrapper`,
+    :class:`~samplers.DistributedMixtureSampler`), batched with
+    ``per_device_train_batch_size`` and ``dataloader_drop_last``. Build it
     after ``TrainingArguments`` (which starts the process group), over ``train_dataset``.
 
     Resume with the same number of processes: the Trainer maps its global step to an epoch
-    by the number of steps per epoch. In the resumed epoch the Trainer counts its steps
-    afresh, so with ``gradient_accumulation_steps > 1`` and an epoch whose batches it does
-    not divide, the last, partial accumulation of that epoch is not stepped (it warns).
+    by the number of steps per epoch. The Trainer runs the first epoch's number of steps in
+    every epoch: with a token or packed sampler, whose number of batches can differ between
+    epochs by a few, a longer epoch's last batches are not trained on, and a
+    ``SamplerWarning`` says how many at the start of that epoch. In the resumed epoch the
+    Trainer counts its steps afresh, so with ``gradient_accumulation_steps > 1`` and an
+    epoch whose batches it does not divide, the last, partial accumulation of that epoch
+    is not stepped (it warns).
     """
 
     def __init__(self, *args: Any, train_sampler: Any, **kwargs: Any) -> None:
-        if not isinstance(train_sampler, (DistributedBatchSampler, *INDEX_SAMPLERS)):
+        if not isinstance(train_sampler, (*BATCH_SAMPLERS, *INDEX_SAMPLERS)):
+            ours = ", ".join(kind.__name__ for kind in (*BATCH_SAMPLERS, *INDEX_SAMPLERS))
             raise TypeError(
-                "train_sampler must be a DistributedBatchSampler, DistributedSampler or "
-                f"DistributedSamplerWrapper of samplers, got {type(train_sampler).__name__}"
+                f"train_sampler must be a sampler of samplers ({ours}, or a subclass), got "
+                f"{type(train_sampler).__name__}"
             )
         super().__init__(*args, **kwargs)
         batch_size = self.args.per_device_train_batch_size
-        if isinstance(train_sampler, DistributedBatchSampler) and (
-            train_sampler.batch_size != batch_size
-        ):
+        # A batch sampler of a fixed batch size (the batch and mixture batch samplers).
+        fixed = getattr(train_sampler, "batch_size", None)
+        if isinstance(train_sampler, BATCH_SAMPLERS) and fixed not in (None, batch_size):
             raise ValueError(
-                f"train_sampler's batch_size is {train_sampler.batch_size}, but "
-                f"per_device_train_batch_size is {batch_size}: make them equal"
+                f"train_sampler's batch_size is {fixed}, but per_device_train_batch_size is "
+                f"{batch_size}: make them equal"
             )
         self.train_sampler = train_sampler
         self._sharded_loader: Any = None
@@ -101,7 +109,7 @@ class ShardedTrainer(transformers.Trainer):
             "worker_init_fn": _worker_init(args.dataloader_num_workers, args.process_index),
         }
         sampler = self.train_sampler
-        if isinstance(sampler, DistributedBatchSampler):
+        if isinstance(sampler, BATCH_SAMPLERS):
             loader = DataLoader(dataset, batch_sampler=sampler, **options)
         else:
             loader = DataLoader(
@@ -112,6 +120,8 @@ class ShardedTrainer(transformers.Trainer):
                 **options,
             )
         self._sharded_loader = prepare_data_loader(loader, self.accelerator)
+        #: The batches per epoch the Trainer plans every epoch with (the first one's).
+        self._planned_batches = len(self._sharded_loader)
         return self._sharded_loader
 
     def train(
@@ -153,6 +163,8 @@ class _SamplerCallback(transformers.TrainerCallback):
         trainer = self.trainer
         resumed, trainer._resumed_state = trainer._resumed_state, None
         loader = trainer._sharded_loader
+        if resumed is None and loader is not None:
+            warn_shorter_plan(trainer.train_sampler, round(state.epoch), trainer._planned_batches)
         if resumed is None or loader is None:
             return
         batches = len(loader)  # the Trainer counted its steps per epoch from this length
@@ -180,3 +192,31 @@ class _SamplerCallback(transformers.TrainerCallback):
             )
         with open(os.path.join(folder, STATE_FILE), "w", encoding="utf-8") as file:
             json.dump(loader.state_dict(), file)
+
+
+def epoch_batches(sampler: Any, epoch: int) -> int:
+    """How many batches ``sampler`` gives this rank in ``epoch`` (counted on a copy: the
+    sampler itself is left as it is)."""
+    counted = copy.copy(sampler)
+    counted.set_epoch(epoch)
+    return len(counted)
+
+
+def warn_shorter_plan(sampler: Any, epoch: int, planned: int | None) -> None:
+    """Warn when ``epoch`` has more batches than the Trainer plans every epoch with: the
+    Trainer runs the first epoch's number of steps in each epoch, so the rest of a longer
+    one is not trained on (token and packed samplers' counts can differ between epochs by
+    a few batches)."""
+    if planned is None or epoch < 1 or getattr(sampler, "batch_size", None) is not None:
+        return
+    found = epoch_batches(sampler, epoch)
+    if found > planned:
+        warnings.warn(
+            f"epoch {epoch} has {found} batches on this rank, but the Trainer runs the first "
+            f"epoch's {planned} in every epoch: its last {found - planned} are not trained "
+            "on in this epoch (a token or packed sampler's count varies by epoch, and the "
+            "Trainer's plan of steps cannot run them; to train on every batch, loop over "
+            "samplers.integrations.accelerate.prepare_data_loader's loader yourself)",
+            SamplerWarning,
+            stacklevel=2,
+        )

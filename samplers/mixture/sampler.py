@@ -19,9 +19,16 @@ from torch.utils.data import ConcatDataset, Sampler
 from samplers import checks, consistency, groups, resharding, state
 from samplers.core import SamplerCore
 from samplers.iterators import BatchIterator, Progress, ShareIterator
-from samplers.mixture.checks import checked_datasets, checked_weights, epoch_length
+from samplers.mixture.checks import (
+    checked_datasets,
+    checked_weights,
+    decoded_schedule,
+    epoch_length,
+    is_int,
+    stream_epoch,
+)
 from samplers.mixture.order import MixtureOrder
-from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts
+from samplers.mixture.schedule import Schedule, parts
 from samplers.options import Tail
 from samplers.plan import Batched, EpochPlan, Layout, ShardSizes, Strided
 
@@ -53,8 +60,11 @@ class _Mixture(SamplerCore):
         tail: Tail,
         auto_epoch: bool,
         group: groups.Group,
+        sizes: tuple[int, ...] | None = None,
     ) -> None:
-        self.datasets, self.sizes = checked_datasets(datasets)
+        self.datasets, self.sizes = checked_datasets(datasets, weights)
+        if sizes is not None:  # the sources' items are pieces of their documents
+            self.sizes = sizes
         self.dataset = (
             datasets if isinstance(datasets, ConcatDataset) else ConcatDataset(self.datasets)
         )
@@ -68,6 +78,8 @@ class _Mixture(SamplerCore):
         self.permutation = "feistel"
         self.epoch = 0
         self.schedule = Schedule.of(self._parts(self.weights))
+        #: Weights set during an iteration, applied where it stops (see :meth:`set_weights`).
+        self._pending_weights: tuple[tuple[Any, ...], tuple[int, ...]] | None = None
         self._init_core(auto_epoch)
 
     # Weights ------------------------------------------------------------------------------
@@ -83,10 +95,12 @@ class _Mixture(SamplerCore):
 
     @property
     def proportions(self) -> tuple[Fraction, ...]:
-        """The exact share of each source from the current position on (the weights
+        """The exact share of each source under the newest weights (the weights
         normalised; rounded to multiples of 1/65536 when their common denominator is
-        larger, see :func:`samplers.mixture.schedule.parts`)."""
-        current = self.schedule.segments[-1][1]
+        larger, see :func:`samplers.mixture.schedule.parts`): from the current position
+        on, or, for weights set during an iteration, from where it stops."""
+        pending = self._pending_weights
+        current = self.schedule.segments[-1][1] if pending is None else pending[1]
         return tuple(Fraction(a, sum(current)) for a in current)
 
     def position(self) -> int:
@@ -100,31 +114,75 @@ class _Mixture(SamplerCore):
 
         Every source's pass stays where it is (its next sample is the one it would have
         given), so nothing is repeated; the change is recorded in the state, so a resume
-        reproduces the schedule. Call it on every rank at the same step. The iteration in
-        progress is not changed (a ``SamplerWarning`` says so): leave its loop, and the next
-        ``iter()`` continues the epoch from the current position under the new weights
-        (as after :meth:`load_state_dict`). A weight of 0
+        reproduces the schedule. Call it on every rank at the same step. A weight of 0
         pauses its source. Raises ``ValueError`` naming the weight for a negative, NaN or
-        infinite weight, the wrong count, or all zero.
+        infinite weight, the wrong count, all zero, or more positive weights than
+        :data:`~samplers.mixture.schedule.MAX_PERIOD`.
+
+        During an iteration (started, its loop not at the epoch's end) the iteration in
+        progress cannot change what it, or DataLoader workers for it, already handed out,
+        so it keeps the old weights (a ``SamplerWarning`` says so), and the new ones
+        apply from where it stops: from the epoch's end when its loop runs on to the end,
+        or from where the loop is left (the next ``iter()`` continues the epoch from
+        there under the new weights). Nothing is repeated or skipped either way. A state
+        taken before then (:meth:`state_dict`) records the new weights from its own
+        position, so a resume from it applies them there.
         """
         self._require_init("set_weights")
         values = checked_weights(weights, len(self.sizes))
-        current = self.state_dict()
-        position = current["epoch"] * self.epoch_length + current["position"]
-        running = self._iterator
-        if running is not None and running.started and not running.exhausted:
+        new_parts = self._parts(values)  # refused here, before anything changes
+        current = self._current_state()
+        running, book = self._iterator, self._book
+        in_progress = running is not None and running.started and not current["finished"]
+        if in_progress and not book.epoch_set and book.pending is None:
+            position = current["epoch"] * self.epoch_length + current["position"]
             warnings.warn(
-                f"set_weights during an iteration: the iterator in progress keeps the old "
-                f"weights to its end; leave that loop and iterate the sampler again to "
-                f"continue from stream position {position} under the new weights",
+                "set_weights during an iteration: the iteration in progress keeps the old "
+                "weights to where it stops, and the new ones apply from there: leave its "
+                f"loop now and iterate the sampler again to continue from stream position "
+                f"{position} under them, or let the loop run on to the epoch's end",
                 checks.SamplerWarning,
                 stacklevel=2,
             )
-        self.schedule = self.schedule.changed(
-            self._reweight_position(position), self._parts(values)
-        )
+            self._pending_weights = (values, new_parts)
+            self.weights = values
+            return
+        self._pending_weights = None
+        self._apply_weights(values, new_parts, current)
+
+    def _current_state(self) -> dict[str, Any]:
+        """This sampler's state now, with its schedule, as ``state_dict()`` gives it (what
+        a ``torchdata.nodes`` pipeline handed out, where ``state_dict()`` refuses)."""
+        return self.state_dict_with(self._encoded(self._saved(None, ahead_ok=True)))
+
+    def _apply_weights(
+        self, values: tuple[Any, ...], new_parts: tuple[int, ...], current: dict[str, Any]
+    ) -> None:
+        """The schedule changed to ``new_parts`` from the position of ``current`` (this
+        sampler's state now), which the next iteration continues from."""
+        position = current["epoch"] * self.epoch_length + current["position"]
+        self.schedule = self.schedule.changed(self._reweight_position(position), new_parts)
         self.weights = values
         self.load_state_dict(self.state_dict_with(current))
+
+    def _before_iteration(self) -> None:
+        """Apply weights set during an iteration from where it stopped (its state now)."""
+        pending = self._pending_weights
+        if pending is None:
+            return
+        current = self._current_state()
+        self._pending_weights = None
+        self._apply_weights(*pending, current)
+
+    def set_epoch(self, epoch: int) -> None:
+        """As :meth:`samplers.DistributedSampler.set_epoch`; a mixture's epochs are
+        windows of one stream, so ``epoch`` must be at least 0 and its positions must
+        stay below ``2**63`` (``ValueError`` naming both otherwise). Weights set during
+        the iteration that ended apply from where it stopped."""
+        if self._initialised:
+            stream_epoch(checks.epoch(epoch), self.epoch_length)
+            self._before_iteration()
+        super().set_epoch(epoch)
 
     # Hooks --------------------------------------------------------------------------------
 
@@ -141,7 +199,7 @@ class _Mixture(SamplerCore):
             self.schedule,
             checks.seed(self.seed),
             checks.as_flag("shuffle", self.shuffle),
-            checks.epoch(self.epoch),
+            stream_epoch(checks.epoch(self.epoch), self.epoch_length),
             self.epoch_length,
         )
 
@@ -163,10 +221,15 @@ class _Mixture(SamplerCore):
     # State --------------------------------------------------------------------------------
 
     def state_dict_with(self, base: dict[str, Any]) -> dict[str, Any]:
-        """``base`` (a state of this sampler) with the current schedule."""
+        """``base`` (a state of this sampler) with the current schedule (and weights set
+        during the iteration in progress, from ``base``'s position on)."""
+        schedule = self.schedule
+        if self._pending_weights is not None:
+            position = base["epoch"] * self.epoch_length + base["position"]
+            schedule = schedule.changed(self._reweight_position(position), self._pending_weights[1])
         return {
             **base,
-            SCHEDULE_FIELD: [[start, list(p)] for start, p in self.schedule.segments],
+            SCHEDULE_FIELD: [[start, list(p)] for start, p in schedule.segments],
         }
 
     def state_dict(
@@ -190,7 +253,15 @@ class _Mixture(SamplerCore):
         rest = dict(state_dict)
         if SCHEDULE_FIELD not in rest:
             raise ValueError(f"state field {SCHEDULE_FIELD!r} is missing (not a mixture's state?)")
-        schedule = self._decode_schedule(rest.pop(SCHEDULE_FIELD))
+        schedule = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
+        saved_length = rest.get("dataset_length")
+        if is_int(saved_length) and saved_length != self.epoch_length:
+            raise ValueError(
+                f"state field 'dataset_length' is {saved_length}, the epoch_length of the "
+                f"mixture that saved it; this mixture's epoch_length is {self.epoch_length}: "
+                "its epochs are other windows of the stream (build it with "
+                f"epoch_length={saved_length} to continue)"
+            )
         state.decode(
             rest,
             sampler=type(self).__name__,
@@ -204,56 +275,32 @@ class _Mixture(SamplerCore):
                 f"state field 'seed' is {rest['seed']}, this mixture's seed is {self.seed}: "
                 "its sources' passes were drawn from another seed"
             )
+        try:
+            stream_epoch(rest["epoch"], self.epoch_length)
+        except ValueError as error:
+            raise ValueError(f"state field 'epoch' does not fit: {error}") from None
         super().load_state_dict(rest)
         self.schedule = schedule
         self.weights = schedule.segments[-1][1]
-
-    def _decode_schedule(self, value: Any) -> Schedule:
-        count = len(self.sizes)
-        shape = (
-            f"state field {SCHEDULE_FIELD!r} must be a list of [position, parts] with "
-            f"{count} non-negative integer parts, not all 0, in lowest terms and summing to "
-            f"at most {MAX_PERIOD} (as state_dict() writes them), positions rising from 0"
-        )
-        if not isinstance(value, list) or not value:
-            raise ValueError(f"{shape}; got {value!r}")
-        segments = []
-        for entry in value:
-            ok = (
-                isinstance(entry, (list, tuple))
-                and len(entry) == 2
-                and _is_int(entry[0])
-                and isinstance(entry[1], (list, tuple))
-                and len(entry[1]) == count
-                and all(_is_int(a) and a >= 0 for a in entry[1])
-                and any(entry[1])
-                and parts([int(a) for a in entry[1]]) == tuple(int(a) for a in entry[1])
-            )
-            if not ok:
-                raise ValueError(f"{shape}; got the entry {entry!r}")
-            segments.append((int(entry[0]), tuple(int(a) for a in entry[1])))
-        try:
-            return Schedule(tuple(segments))
-        except ValueError as error:
-            raise ValueError(f"{shape}; {error}") from None
+        self._pending_weights = None
 
     # Agreement and copies -----------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
-        """What must agree across ranks, including the sources' sizes and the schedule."""
-        return {
+        """What must agree across ranks, including the sources' sizes and the schedule
+        (and weights set during the iteration in progress)."""
+        values = {
             **super().settings(),
             "sizes": list(self.sizes),
             "schedule": [[start, list(p)] for start, p in self.schedule.segments],
         }
+        if self._pending_weights is not None:
+            values["pending weights"] = list(self._pending_weights[1])
+        return values
 
     def _rank(self) -> int:
         world = checks.world_size(self.num_replicas)
         return checks.rank(self.rank, world)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class DistributedMixtureSampler(_Mixture, Sampler[int]):

@@ -60,7 +60,8 @@ __all__ = [
 ]
 
 #: The longest period kept: proportions with a larger common denominator are rounded to
-#: multiples of ``1 / MAX_PERIOD`` (a positive weight never to 0).
+#: multiples of ``1 / MAX_PERIOD`` (a positive weight never to 0), so at most this many
+#: sources can have a positive weight at once (:func:`parts` refuses more).
 MAX_PERIOD = 1 << 16
 #: Every ``CHECKPOINT`` positions of a period its cumulative counts are kept.
 CHECKPOINT = 256
@@ -93,7 +94,19 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     """Integer parts ``a_d`` (their sum ``T`` is the period) for checked weights (finite,
     non-negative, not all zero): the weights' exact proportions in lowest terms, or,
     when their common denominator exceeds :data:`MAX_PERIOD`, those proportions rounded
-    to ``MAX_PERIOD`` parts (largest remainder; a positive weight keeps at least 1)."""
+    to ``MAX_PERIOD`` parts: largest remainder, a positive weight keeps at least 1 part,
+    and the parts that minimum adds are taken back, one at a time, from the source most
+    above its exact share among those holding more than 1. Every positive weight gets a
+    positive part; more than :data:`MAX_PERIOD` positive weights raise ``ValueError``
+    (there are not that many parts to give)."""
+    positive = sum(1 for w in weights if w)
+    if positive > MAX_PERIOD:
+        raise ValueError(
+            f"weights: {positive} sources have a positive weight, more than the "
+            f"{MAX_PERIOD} a mixture draws from at once (its period has {MAX_PERIOD} "
+            "draws, each source's share at least 1 of them); give weight 0 to some, or "
+            "merge small sources into one"
+        )
     fractions = [fraction(w) for w in weights]
     # Integer arithmetic over one common denominator: share d is numerators[d] / total.
     denominator = math.lcm(*(f.denominator for f in fractions))
@@ -111,9 +124,18 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     if left >= 0:
         for d in by_remainder[:left]:
             floors[d] += 1
-    else:  # the minimum of 1 overshot: take back from the largest
-        for d in sorted(range(len(scaled)), key=lambda d: (-floors[d], d))[:-left]:
+    else:  # the minimum of 1 overshot: take back where a part is furthest above its share
+        # A part above 1 stands ``floors[d] * total - scaled[d]`` (in units of
+        # 1 / total parts) above its exact share; take the largest excess first, ties
+        # to the lower source, again after each part taken. Enough parts above 1 remain:
+        # at most MAX_PERIOD positive weights, each kept at 1.
+        excess = [(scaled[d] - floors[d] * total, d) for d in range(len(scaled)) if floors[d] > 1]
+        heapq.heapify(excess)
+        for _ in range(-left):
+            _, d = heapq.heappop(excess)
             floors[d] -= 1
+            if floors[d] > 1:
+                heapq.heappush(excess, (scaled[d] - floors[d] * total, d))
     divisor = math.gcd(*floors)
     return tuple(a // divisor for a in floors)
 

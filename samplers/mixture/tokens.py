@@ -149,7 +149,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         held = self._held.owned()
         self.max_tokens = checks.positive("max_tokens", max_tokens)
         tail = token_tail(tail)  # the token sampler's tails: no None
-        _, sizes = checked_datasets(datasets)
+        _, sizes = checked_datasets(datasets, weights)
         if self._held.size != sum(sizes):
             raise ValueError(
                 f"lengths must hold one length per sample of ConcatDataset(datasets) "
@@ -163,6 +163,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
             for start, size in zip(starts, sizes, strict=True)
         )
         model = as_cost(cost)
+        model.checked_budget(self.max_tokens, count=self._held.size, longest=self._held.longest)
         self.cost = model.kind if model == TokenCost(model.kind) else model
         self.length_sum = sum(self.source_tokens)
         self._init_mixture(
@@ -177,8 +178,10 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
             auto_epoch,
             group,
         )
+        if not model.linear:  # first: a named function runs over every length
+            warn_costly(held, self.max_tokens, model)
         self.window = (
-            min(default_window(held, self.max_tokens, self.length_sum), self.epoch_length)
+            min(default_window(held, self.max_tokens, self.length_sum, model), self.epoch_length)
             if window is None
             else checks.positive("window", window)
         )
@@ -188,8 +191,6 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         self._length_digest: str | None = None
         if model.linear:
             warn_over_budget(held, self.max_tokens, self.tail, self._held.longest)
-        else:
-            warn_costly(held, self.max_tokens, model)
 
     # Weights in tokens --------------------------------------------------------------------
 

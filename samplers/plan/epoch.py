@@ -42,11 +42,17 @@ class EpochPlan:
         [8, 2, 3, 5, 1]
     """
 
+    #: The stock sampler's sizes: the dataset size, world size and shares.
     sizes: ShardSizes
+    #: Whether the epoch order is shuffled (else it is ``0 .. N - 1``).
     shuffle: bool
+    #: The seed the shuffled order is drawn from, with :attr:`epoch`.
     seed: int
+    #: The epoch the shuffled order is drawn for, with :attr:`seed` (``set_epoch``'s).
     epoch: int
+    #: Which positions of the epoch order each rank takes, as items or batches.
     layout: Layout
+    #: How a shuffled order is drawn: ``"randperm"`` (the stock sampler's) or ``"feistel"``.
     permutation: Permutation = "randperm"
     #: A given order (a wrapped sampler's stream, a token-budgeted order) instead of one
     #: drawn from the settings.

@@ -21,10 +21,16 @@ class ShardSizes:
     order is trimmed down to ``floor(N / W) * W``.
     """
 
+    #: ``N``, the number of samples of the epoch order.
     dataset_size: int
+    #: ``W``, the number of ranks sharing it.
     world_size: int
+    #: Whether the order is trimmed to a multiple of ``W`` (else padded up to one).
     drop_last: bool
+    #: Each rank's share: the samples it receives per epoch.
     num_samples: int
+    #: The length of the padded or trimmed order: ``num_samples * world_size``, unless a
+    #: sampler's attributes override it (see :meth:`given`).
     total_size: int
 
     @classmethod

@@ -37,6 +37,9 @@ Example::
     >>> exactly_once(factory, Configuration(dataset_size=10, world_size=4))
 """
 
+# isort: off
+# The guarantees register as their modules are imported: this is the order the kit
+# reports them in.
 from samplers.testing.epochs import (
     RESHUFFLE_MIN_DISTINCT,
     covers_dataset,
@@ -57,9 +60,24 @@ from samplers.testing.factories import (
     reference,
     validated,
 )
-from samplers.testing.mixtures import Mixture, check_mixture, check_mixture_guarantee
-from samplers.testing.registry import CHECKS, GUARANTEES, MIXTURES, REGISTRY
 from samplers.testing.resumes import resumes_other_world_size, resumes_same_world_size
+from samplers.testing.states import (
+    loads_version_1_states,
+    refuses_impossible_states,
+    version_1_state,
+)
+from samplers.testing.usage import (
+    bool_like_attributes,
+    second_iterator,
+    state_read_concurrently,
+)
+from samplers.testing.loaders import loader_epochs, loop_state_with_workers
+from samplers.testing.budgets import within_budget
+
+# isort: on
+from samplers.testing.mixture_search import check_mixture, check_mixture_guarantee
+from samplers.testing.mixtures import Mixture
+from samplers.testing.registry import CHECKS, GUARANTEES, MIXTURES, REGISTRY
 from samplers.testing.running import (
     ARGUMENTS,
     Configuration,
@@ -80,17 +98,6 @@ from samplers.testing.search import (
     check,
     check_all,
     check_guarantee,
-)
-from samplers.testing.states import (
-    loads_version_1_states,
-    refuses_impossible_states,
-    version_1_state,
-)
-from samplers.testing.usage import (
-    bool_like_attributes,
-    loader_epochs,
-    second_iterator,
-    state_read_concurrently,
 )
 
 __all__ = [
@@ -132,6 +139,7 @@ __all__ = [
     "load_factory",
     "loader_epochs",
     "loads_version_1_states",
+    "loop_state_with_workers",
     "no_tiny_batch",
     "reference",
     "refuses_impossible_states",
@@ -143,4 +151,5 @@ __all__ = [
     "state_read_concurrently",
     "validated",
     "version_1_state",
+    "within_budget",
 ]

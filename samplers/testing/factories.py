@@ -115,6 +115,12 @@ def _unknown_required(factory: Factory) -> list[str]:
     ]
 
 
+class ProbeTimedOut(TypeError):
+    """:func:`validated`'s probe configuration ran past its time limit (a ``TypeError``,
+    as every refusal of :func:`validated` is; ``dsampler check`` reports it as a
+    configuration that ran out of time, exit status 1)."""
+
+
 def validated(factory: Factory, name: str = "factory", *, seconds: float | None = None) -> Factory:
     """``factory`` when it builds a sampler for :data:`PROBE` (rank 0) that yields
     indices or lists of indices; else ``TypeError`` naming ``name`` and what went wrong
@@ -128,7 +134,7 @@ def validated(factory: Factory, name: str = "factory", *, seconds: float | None 
         with time_limit(seconds), bounded(PROBE):
             return _validated(factory, name)
     except Expired:
-        raise TypeError(
+        raise ProbeTimedOut(
             f"{name} took longer than {seconds:g} s to build and iterate a sampler for "
             f"{asdict(PROBE)} (rank 0): it blocks, or its iterator does not end"
         ) from None

@@ -15,10 +15,16 @@ after ``set_epoch`` (when it has one). The guarantees, checked on every rank of 
   ``other_world_size`` ranks gives the rest of the epoch: nothing lost, nothing repeated;
 * ``mixture-reweight``: ``set_weights(new_weights)`` on every rank after ``taken`` steps
   repeats nothing within a pass, and from there every step is within 1 of the new
-  weights' share.
+  weights' share;
+* ``mixture-positive-share``: a source with a positive weight keeps a positive share,
+  however small against the others (its ``proportions``, when the sampler has them, and
+  its draws once they should hold two). Searched over mixtures whose weights include
+  some far larger than the rest, where a sampler that rounds the weights to a bounded
+  period can round a small one to 0.
 
-:func:`check_mixture` searches mixtures with hypothesis for each guarantee and shrinks a
-violation to the smallest mixture it finds (fewer and smaller sources, fewer ranks).
+:func:`samplers.testing.mixture_search.check_mixture` searches mixtures with hypothesis
+for each guarantee and shrinks a violation to the smallest mixture it finds (fewer and
+smaller sources, fewer ranks).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import inspect
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, cast
 
@@ -38,22 +44,27 @@ from samplers.testing.running import (
     Lockstep,
     Rejected,
     Unsupported,
-    Violation,
     indices,
     load,
     set_epoch,
     state_of,
 )
-from samplers.testing.search import SEEDS, Result, _Tally
 
-__all__ = ["EPOCHS", "MIXTURE_ARGUMENTS", "Mixture", "check_mixture", "check_mixture_guarantee"]
+__all__ = [
+    "EPOCHS",
+    "MIXTURE_ARGUMENTS",
+    "Mixture",
+    "elastic_resume",
+    "once_per_pass",
+    "positive_share",
+    "prefix_exact",
+    "reweight",
+]
 
 #: The keyword arguments a mixing factory may take.
 MIXTURE_ARGUMENTS = ("datasets", "weights", "num_replicas", "rank", "seed")
 #: Epochs the once-per-pass guarantee follows the sources' passes through.
 EPOCHS = 3
-#: Examples the search tries per guarantee (derandomised), and thorough.
-MIXTURE_EXAMPLES = {False: 20, True: 300}
 
 
 @dataclass(frozen=True)
@@ -62,12 +73,20 @@ class Mixture:
     ranks, and where a state is saved (``taken`` steps, reduced modulo the epoch) and
     into how many ranks it is loaded, or from where ``new_weights`` apply."""
 
+    #: The sources' sizes: the factory is given ``[range(size) for size in sizes]``.
     sizes: tuple[int, ...]
+    #: The sources' weights, one per source, given to the factory.
     weights: tuple[int, ...]
+    #: The number of ranks, each built by the factory.
     world_size: int = 1
+    #: The seed the factory is given.
     seed: int = 0
+    #: The steps after which a state is saved, or the weights change (modulo the epoch).
     taken: int = 0
+    #: The world size a state is loaded into (one more when it equals ``world_size``).
     other_world_size: int = 2
+    #: The weights ``set_weights`` is given after ``taken`` steps; empty (or of another
+    #: length, or all zero): the reverse of ``weights`` (see :attr:`reweighted`).
     new_weights: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -78,6 +97,7 @@ class Mixture:
 
     @property
     def offsets(self) -> list[int]:
+        """Each source's first index in the ``ConcatDataset`` of the sources."""
         return [sum(self.sizes[:d]) for d in range(len(self.sizes))]
 
     def source(self, index: int) -> int:
@@ -304,156 +324,42 @@ def reweight(factory: Factory, mixture: Mixture) -> None:
         raise failure
 
 
-# The search ---------------------------------------------------------------------------------
-
-
-def _strategy() -> Any:
-    from hypothesis import strategies as st
-
-    @st.composite
-    def mixtures(draw: Any) -> Mixture:
-        count = draw(st.integers(1, 4))
-        sizes = tuple(draw(st.lists(st.integers(1, 40), min_size=count, max_size=count)))
-        weights = st.lists(st.integers(0, 6), min_size=count, max_size=count).filter(any)
-        return Mixture(
-            sizes,
-            tuple(draw(weights)),
-            draw(st.integers(1, 6)),
-            draw(st.sampled_from(SEEDS)),
-            draw(st.integers(0, 60)),
-            draw(st.integers(1, 6)),
-            tuple(draw(weights)),
-        )
-
-    return mixtures()
-
-
-def _smaller(mixture: Mixture) -> list[Mixture]:
-    """Mixtures one change smaller, smallest first."""
-    found = []
-    count = len(mixture.sizes)
-    for d in range(count):
-        if count > 1:
-            keep = [e for e in range(count) if e != d]
-            weights = tuple(mixture.weights[e] for e in keep)
-            new = tuple(mixture.new_weights[e] for e in keep) if mixture.new_weights else ()
-            if any(weights):
-                found.append(
-                    replace(
-                        mixture,
-                        sizes=tuple(mixture.sizes[e] for e in keep),
-                        weights=weights,
-                        new_weights=new,
-                    )
+@_mixture_guarantee(
+    "mixture-positive-share",
+    "a source with a positive weight keeps a positive share, however small against the "
+    "others: it is never rounded to 0",
+)
+def positive_share(factory: Factory, mixture: Mixture) -> None:
+    """The sampler's ``proportions`` (when it has them) are positive for every source of
+    positive weight, and over :data:`EPOCHS` epochs such a source is drawn once its
+    expected draws (its ``proportions``, else its weight's share) are two or more."""
+    samplers = _ranks(factory, mixture)
+    total = sum(mixture.weights)
+    shares = getattr(samplers[0], "proportions", None)
+    if shares is not None:
+        for d, (weight, share) in enumerate(zip(mixture.weights, shares, strict=False)):
+            if weight > 0 and not share > 0:
+                raise Failure(
+                    None,
+                    0,
+                    f"source {d} has weight {weight} of {total} but proportion {share}: "
+                    "it is never drawn",
+                    "a dataset the user weighted is silently left out of training",
+                    {"source": d},
                 )
-    for name in ("world_size", "other_world_size", "taken"):
-        value = getattr(mixture, name)
-        for smaller in sorted({1 if name != "taken" else 0, value // 2, value - 1}):
-            if (0 if name == "taken" else 1) <= smaller < value:
-                found.append(replace(mixture, **{name: smaller}))
-    for name in ("weights", "new_weights"):
-        values = getattr(mixture, name)
-        for d, weight in enumerate(values):
-            for smaller in sorted({0, weight // 2, weight - 1}):
-                changed = tuple(smaller if e == d else w for e, w in enumerate(values))
-                if 0 <= smaller < weight and any(changed):
-                    values_of: dict[str, Any] = {name: changed}
-                    found.append(replace(mixture, **values_of))
-    for d, size in enumerate(mixture.sizes):
-        for smaller in sorted({1, size // 2, size - 1}):
-            if 1 <= smaller < size:
-                sizes = tuple(smaller if e == d else s for e, s in enumerate(mixture.sizes))
-                found.append(replace(mixture, sizes=sizes))
-    return found
-
-
-def _minimised(mixture: Mixture, violates: Callable[[Mixture], bool]) -> Mixture:
-    for _ in range(200):
-        for smaller in _smaller(mixture):
-            if violates(smaller):
-                mixture = smaller
-                break
-        else:
-            return mixture
-    return mixture
-
-
-def _violation(factory: Factory, guarantee: str, mixture: Mixture) -> Violation | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            MIXTURES[guarantee].check(factory, cast("Any", mixture))
-    except (Violation, Unsupported, Rejected):
-        raise
-    except Exception as error:
-        raise Rejected(error) from error
-    return None
-
-
-def check_mixture_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False) -> Result:
-    """Search mixtures for a violation of ``guarantee`` (an id of ``MIXTURES``); the
-    smallest one found is the counterexample."""
-    if guarantee not in MIXTURES:
-        raise ValueError(f"guarantee must be one of {list(MIXTURES)}, got {guarantee!r}")
-    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
-    from hypothesis.errors import NoSuchExample
-
-    tally = _Tally()
-
-    def violates(mixture: Mixture) -> bool:
-        tally.tried += 1
-        try:
-            return _violation(factory, guarantee, mixture) is not None
-        except Violation:
-            return True
-        except Unsupported as reason:
-            tally.unsupported = str(reason)
-        except Rejected:
-            tally.rejected += 1
-        return False
-
-    options = settings(
-        max_examples=MIXTURE_EXAMPLES[thorough],
-        derandomize=not thorough,
-        database=None,
-        deadline=None,
-        verbosity=Verbosity.quiet,
-        phases=(Phase.generate, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-    )
-    try:
-        found = _minimised(find(_strategy(), violates, settings=options), violates)
-    except NoSuchExample:
-        if tally.unsupported:
-            return Result(guarantee, None, None, f"not supported: {tally.unsupported}")
-        if tally.rejected == tally.tried:
-            return Result(
-                guarantee, None, None, "not supported: the sampler raised for every mixture"
+    # The draws' expected shares: the sampler's own (weights that count tokens draw at
+    # other rates), else the weights'.
+    draw_shares = list(shares) if shares is not None else _shares(mixture.weights)
+    draws = [i for epoch in range(EPOCHS) for step in _epoch(samplers, epoch) for i in step]
+    counts = Counter(mixture.source(index) for index in draws)
+    for d, weight in enumerate(mixture.weights):
+        expected = Fraction(draw_shares[d]) * len(draws)
+        if weight > 0 and expected >= 2 and counts[d] == 0:
+            raise Failure(
+                None,
+                0,
+                f"source {d} (weight {weight} of {total}) is never drawn in {len(draws)} "
+                f"draws over {EPOCHS} epochs, {float(expected):g} expected",
+                "a dataset the user weighted is silently left out of training",
+                {"source": d},
             )
-        return Result(
-            guarantee,
-            True,
-            None,
-            f"held on {tally.tried - tally.rejected} mixtures searched",
-            examples=tally.tried,
-        )
-    try:
-        violation = _violation(factory, guarantee, found)
-    except Violation as raised:
-        violation = raised
-    if violation is None:
-        return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
-    counterexample = {**asdict(found), **violation.details, "what": violation.what}
-    return Result(
-        guarantee,
-        False,
-        counterexample,
-        str(violation),
-        violation.experience,
-        tally.tried,
-    )
-
-
-def check_mixture(factory: Factory, *, thorough: bool = False) -> list[Result]:
-    """:func:`check_mixture_guarantee` for every mixture guarantee, in registry order."""
-    return [check_mixture_guarantee(factory, g, thorough=thorough) for g in MIXTURES]

@@ -33,7 +33,7 @@ GUARANTEES: dict[str, str] = {}
 CHECKS: dict[str, Check] = {}
 #: The guarantees of samplers that mix several datasets by weight, by id: they take a
 #: :class:`samplers.testing.mixtures.Mixture` instead of a ``Configuration``, and
-#: :func:`samplers.testing.mixtures.check_mixture` searches them.
+#: :func:`samplers.testing.mixture_search.check_mixture` searches them.
 MIXTURES: dict[str, Guarantee] = {}
 
 

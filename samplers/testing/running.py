@@ -45,6 +45,8 @@ __all__ = [
     "yields_batches",
 ]
 
+#: A callable returning the sampler (or batch sampler) of one rank, given the keyword
+#: arguments of :data:`ARGUMENTS` its signature names (all of them with ``**kwargs``).
 Factory = Callable[..., Any]
 #: The keyword arguments a factory may take.
 ARGUMENTS = ("dataset", "num_replicas", "rank", "seed", "batch_size")
@@ -59,12 +61,21 @@ class Configuration:
     into (the world size plus one when they are equal).
     """
 
+    #: The dataset's size: the factory is given ``range(dataset_size)``.
     dataset_size: int
+    #: The number of ranks, each built by the factory.
     world_size: int
+    #: The batch size the factory is given; an index sampler's output is batched by it, as
+    #: a DataLoader would.
     batch_size: int = 1
+    #: The epoch checked, passed to ``set_epoch``.
     epoch: int = 0
+    #: The seed the factory is given.
     seed: int = 0
+    #: How far into the epoch a resumed run saved its state, in steps (reduced modulo what
+    #: the ranks yield).
     taken: int = 0
+    #: The world size a state is loaded into (see :attr:`resumed_world_size`).
     other_world_size: int = 2
 
     def __post_init__(self) -> None:

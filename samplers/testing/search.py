@@ -56,10 +56,14 @@ __all__ = [
     "check_guarantee",
 ]
 
-#: Dataset sizes, world sizes, batch sizes, epochs and seeds the search draws from.
+# Dataset sizes, world sizes, batch sizes, epochs and seeds the search draws from.
+#: The largest dataset size the search draws.
 MAX_DATASET_SIZE = 3000
+#: The largest world size the search draws.
 MAX_WORLD_SIZE = 16
+#: The largest batch size the search draws.
 MAX_BATCH_SIZE = 16
+#: The largest epoch the search draws.
 MAX_EPOCH = 3
 SEEDS = (0, 1, 7, 2**32 + 5)
 #: :func:`check`'s examples per guarantee: the default (derandomised) and thorough search.
@@ -72,11 +76,17 @@ MINIMISE_ATTEMPTS = 400
 class Result:
     """One guarantee's outcome: ``holds`` is ``None`` when the guarantee does not apply."""
 
+    #: The guarantee's id (a key of :data:`~samplers.testing.GUARANTEES`).
     guarantee: str
+    #: Whether it held on every configuration searched; ``None``: it does not apply.
     holds: bool | None
+    #: When violated, the smallest configuration found, with the rank, epoch and what failed.
     counterexample: dict[str, Any] | None = None
+    #: What was found: the violation's message, what was searched, or why it does not apply.
     detail: str = ""
+    #: When violated, what a user of the sampler sees.
     experience: str = ""
+    #: How many configurations the search tried.
     examples: int = field(default=0, compare=False)
 
 

@@ -1,10 +1,10 @@
 """The guarantees about how a sampler is used around the loop, not only by it.
 
 A checkpoint or monitoring thread reads the state while the loop iterates; a callback
-peeks with a second ``iter()`` in the middle of an epoch; a loader with worker processes
-fetches ahead and, restoring a state, starts iterations it then discards; a flag is written
+peeks with a second ``iter()`` in the middle of an epoch; a flag is written
 as an attribute with a numpy or 0-d tensor bool, or ``0``/``1``. Each check drives the
-factory's samplers the way a user's code does and compares with the plain run.
+factory's samplers the way a user's code does and compares with the plain run. The
+guarantees through loaders with worker processes are :mod:`samplers.testing.loaders`'.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from samplers.testing.registry import guarantee
 from samplers.testing.running import (
@@ -37,18 +36,8 @@ from samplers.testing.running import (
     state_of,
 )
 
-__all__ = [
-    "LOADER_WORKERS",
-    "bool_like_attributes",
-    "loader_epochs",
-    "second_iterator",
-    "state_read_concurrently",
-]
+__all__ = ["bool_like_attributes", "second_iterator", "state_read_concurrently"]
 
-#: Worker processes of the loader :func:`loader_epochs` runs the sampler through.
-LOADER_WORKERS = 2
-#: Configurations a search tries for :func:`loader_epochs` (each starts worker processes).
-LOADER_EXAMPLES = 4
 #: Items at most a concurrent-read check iterates (the reads race the first ones).
 CONCURRENT_ITEMS = 2000
 
@@ -205,107 +194,6 @@ def _ranks(factory: Factory, configuration: Configuration, world: int) -> list[A
 
 def _fresh_epoch(factory: Factory, configuration: Configuration, world: int) -> list[list[Any]]:
     return [iterate(sampler) for sampler in _ranks(factory, configuration, world)]
-
-
-def _loader_class() -> Any:
-    """torchdata's ``StatefulDataLoader`` when installed, else torch's ``DataLoader``."""
-    try:
-        from torchdata.stateful_dataloader import StatefulDataLoader
-    except ImportError:
-        return DataLoader
-    return StatefulDataLoader
-
-
-def _loader(sampler: Any, configuration: Configuration, batched: bool) -> Any:
-    kind = _loader_class()
-    data = range(configuration.dataset_size)
-    options: dict[str, Any] = {"num_workers": LOADER_WORKERS, "persistent_workers": True}
-    if batched:
-        return kind(data, batch_sampler=sampler, **options)
-    return kind(data, batch_size=configuration.batch_size, sampler=sampler, **options)
-
-
-def _pass(loader: Any) -> list[list[int]]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [batch.tolist() for batch in loader]
-
-
-def _loader_state(loader: Any, sampler: Any) -> Any:
-    method = getattr(loader, "state_dict", None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return copy.deepcopy(method() if callable(method) else sampler.state_dict())
-
-
-def _load_loader(loader: Any, sampler: Any, state: Any) -> None:
-    method = getattr(loader, "load_state_dict", None)
-    if callable(method):
-        method(copy.deepcopy(state))
-    else:
-        load(sampler, state)
-
-
-@guarantee(
-    "loader-epochs",
-    "through a loader with worker processes (torchdata's StatefulDataLoader when installed), "
-    "a state taken after an epoch's loop ended resumes with the next epoch, as the "
-    "uninterrupted run does: with set_epoch, and with the sampler's own auto_epoch",
-    max_examples=LOADER_EXAMPLES,
-)
-def loader_epochs(factory: Factory, configuration: Configuration) -> None:
-    """Rank 0 through a loader with :data:`LOADER_WORKERS` workers: two epochs, the state
-    after the second, a third; the state loaded into a fresh loader and sampler must give
-    the third. Run with ``set_epoch`` before each epoch, and without it when the sampler has
-    an ``auto_epoch`` attribute (set to ``True``)."""
-    probe = build(factory, configuration, 0)
-    state_of(probe)  # unsupported before any work
-    first = iterate(probe, 1)
-    if not first:
-        return  # an empty share: no epoch to end
-    batched = isinstance(first[0], list)
-    modes = ["set_epoch"] if callable(getattr(probe, "set_epoch", None)) else []
-    if hasattr(probe, "auto_epoch"):
-        modes.append("auto_epoch")
-    for mode in modes:
-
-        def fresh(mode: str = mode) -> tuple[Any, Any]:
-            sampler = build(factory, configuration, 0)
-            if mode == "auto_epoch":
-                sampler.auto_epoch = True
-            set_epoch(sampler, configuration.epoch)
-            return sampler, _loader(sampler, configuration, batched)
-
-        def run(sampler: Any, loader: Any, epoch: int, mode: str = mode) -> list[list[int]]:
-            if mode == "set_epoch":
-                set_epoch(sampler, epoch)
-            return _pass(loader)
-
-        sampler, loader = fresh()
-        epoch = configuration.epoch
-        run(sampler, loader, epoch)
-        run(sampler, loader, epoch + 1)
-        state = _loader_state(loader, sampler)
-        expected = run(sampler, loader, epoch + 2)
-        resumed, resumed_loader = fresh()
-        _load_loader(resumed_loader, resumed, state)
-        if mode == "set_epoch":
-            got = run(resumed, resumed_loader, epoch + 1)  # the saved epoch: nothing left
-            got += run(resumed, resumed_loader, epoch + 2)
-        else:
-            got = _pass(resumed_loader)
-        if got != expected:
-            raise Failure(
-                0,
-                epoch + 2,
-                f"with {mode}, through a loader with {LOADER_WORKERS} workers, a state taken "
-                f"after epoch {epoch + 1} ended resumes with "
-                f"{plural(len(got), 'batch', 'batches')}"
-                + (" of another order" if len(got) == len(expected) else "")
-                + f", not epoch {epoch + 2}'s {len(expected)}",
-                "a job resumed from an end-of-epoch checkpoint skips or repeats an epoch",
-                {"loader": _loader_class().__name__, "mode": mode},
-            )
 
 
 #: Bool-likes of each truth value that a flag written as an attribute may be.

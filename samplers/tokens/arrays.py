@@ -20,8 +20,11 @@ __all__ = [
     "LOCKSTEP_WINDOWS",
     "RADIX_LONGEST",
     "by_cost_level",
+    "capped_sums",
     "follow",
+    "level_thresholds",
     "longest_first",
+    "reach_within",
     "repeat",
 ]
 
@@ -30,6 +33,76 @@ RADIX_LONGEST = 2**16 - 1
 #: With at least this many windows in a chunk, :func:`follow` follows their batch chains
 #: together (a step costs about as much as a few dozen links followed in Python).
 LOCKSTEP_WINDOWS = 8
+#: The two 31-bit limbs of :func:`reach_within`'s exact prefix sums.
+_LIMB = 31
+_LIMB_MASK = (1 << _LIMB) - 1
+
+
+def reach_within(each: torch.Tensor, budget: int) -> torch.Tensor:
+    """For each position ``i`` of ``each`` (non-negative int64 costs, each at most
+    ``2**62``), the largest ``j`` (in ``[i, count]``) such that ``each[i:j]`` sums to at
+    most ``budget`` (``0 <= budget < 2**62``), exactly, with no int64 overflow.
+
+    Prefix sums in int64 when the whole chunk's sum is sure to fit (the common case, one
+    ``searchsorted``); otherwise in two 31-bit limbs (each prefix sum ``P = H * 2**31 +
+    L``, ``L < 2**31``), compared through a key that fits: ``H``'s rank among the
+    distinct ``H`` (a dense rank, below the count) times ``2**31`` plus ``L``, which is
+    ordered as ``P`` is. Costs above ``budget`` may be given as ``budget + 1`` (what
+    :meth:`~samplers.tokens.cost.TokenCost.capped_costs` gives): a range holding one
+    sums to more than ``budget`` either way.
+    """
+    count = each.numel()
+    if count == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    largest = int(each.max())
+    if largest * count < 1 << 62:
+        total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
+        budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
+        return torch.searchsorted(total, total[:-1] + budget, right=True) - 1
+    zero = torch.zeros(1, dtype=torch.int64)
+    low = torch.cat([zero, torch.cumsum(each & _LIMB_MASK, 0)])
+    high = torch.cat([zero, torch.cumsum(each >> _LIMB, 0)]) + (low >> _LIMB)
+    low &= _LIMB_MASK
+    # The targets P[i] + budget, for i in [0, count), in the same limbs.
+    target_low = low[:-1] + (budget & _LIMB_MASK)
+    target_high = high[:-1] + (budget >> _LIMB) + (target_low >> _LIMB)
+    target_low &= _LIMB_MASK
+    distinct = torch.unique_consecutive(high)  # high never decreases
+    key = (torch.searchsorted(distinct, high) << _LIMB) | low
+    rank = torch.searchsorted(distinct, target_high)
+    found = distinct.index_select(0, rank.clamp(max=distinct.numel() - 1)) == target_high
+    found &= rank < distinct.numel()
+    # Present: every j of a lower rank, and of the same rank with L[j] <= the target's;
+    # absent: every j of a lower rank (``rank`` is where the target's high would go).
+    wanted = torch.where(found, (rank << _LIMB) | target_low, (rank << _LIMB) - 1)
+    return torch.searchsorted(key, wanted, right=True) - 1
+
+
+def capped_sums(each: torch.Tensor, starts: torch.Tensor, cap: int) -> torch.Tensor:
+    """The sums of ``each`` (non-negative int64, each at most ``2**62``) over the
+    consecutive ranges that begin at ``starts`` (the last ending at the end), each
+    capped at ``cap`` (below ``2**62``), exactly and without int64 overflow: from prefix
+    sums in two 31-bit limbs, as :func:`reach_within` keeps them."""
+    if starts.numel() == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    zero = torch.zeros(1, dtype=torch.int64)
+    low = torch.cat([zero, torch.cumsum(each & _LIMB_MASK, 0)])
+    high = torch.cat([zero, torch.cumsum(each >> _LIMB, 0)]) + (low >> _LIMB)
+    low &= _LIMB_MASK
+    ends = torch.cat([starts[1:], torch.tensor([each.numel()], dtype=torch.int64)])
+    high_part = high.index_select(0, ends) - high.index_select(0, starts)
+    low_part = low.index_select(0, ends) - low.index_select(0, starts)
+    # The low part is in (-2**31, 2**31): a high part clamped at 2**31 + 1 still sums to
+    # more than 2**62 > cap, and below it the sum is exact (and fits int64).
+    sums = (high_part.clamp(max=(1 << _LIMB) + 1) << _LIMB) + low_part
+    return sums.clamp(max=cap)
+
+
+def level_thresholds(budget: int, levels: int) -> list[int]:
+    """The least cost of each level ``1 .. levels`` (``ceil(i * budget / levels)``), in
+    Python integers: a cost ``c <= budget`` is at level ``floor(c * levels / budget)``,
+    the number of thresholds at most ``c``, computed without multiplying ``c``."""
+    return [-(-i * budget // levels) for i in range(1, levels + 1)]
 
 
 def repeat(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -155,11 +228,17 @@ def by_cost_level(
     arrays = [t if numpy is None else t.numpy() for t in (costs, starts, sizes, firsts)]
     costs_, starts_, sizes_, firsts_ = arrays
     batch_window = starts_ // window
-    level = xp.where(costs_ > budget, levels + 1, costs_ * levels // max(budget, 1))
+    if budget < 1 << 56:  # costs_ * levels fits int64 for every cost within the budget
+        level = xp.where(costs_ > budget, levels + 1, costs_ * levels // max(budget, 1))
+    else:  # the same levels, from thresholds: nothing multiplied
+        thresholds = level_thresholds(budget, levels)
+        bounds = torch.tensor(thresholds) if numpy is None else numpy.array(thresholds)
+        level = xp.where(costs_ > budget, levels + 1, xp.searchsorted(bounds, costs_, side="right"))
     odd = (batch_window + first_window) % 2 == 1
     level = xp.where(odd, levels + 1 - level, level)
     sequence = xp.argsort((batch_window * (levels + 2) + level) * window + firsts_)
     new_sizes = sizes_[sequence]
     new_starts = xp.cumsum(new_sizes, 0) - new_sizes
     found = (starts_[sequence] - new_starts, new_sizes, new_starts)
-    return tuple(torch.as_tensor(value) for value in found)  # type: ignore[return-value]
+    shifts, sizes, starts = (torch.as_tensor(value) for value in found)
+    return shifts, sizes, starts

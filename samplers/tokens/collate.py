@@ -23,7 +23,11 @@ Two layouts:
 
 Both return ``input_ids`` (int64), ``position_ids`` (int64), ``cu_seqlens`` (int32),
 ``max_seqlen`` (int), ``seq_lens`` (int64, the samples' lengths in order) and, with
-``rows=True``, ``row_starts``: the first sample of each row.
+``rows=True``, ``row_starts``: the first sample of each row. Pieces of documents cut by
+``split=`` (the items of :class:`~samplers.tokens.pieces.PieceDataset`, mappings with
+``"document"`` and ``"start"``) are sequences of their own, each with its own
+``cu_seqlens`` boundary and positions from 0; the batch then also holds ``documents`` and
+``starts`` (int64, per sample, in order): which tokens of which document each sequence is.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import torch
 
+from samplers import checks
 from samplers.tokens.packing import row_starts
 
 __all__ = ["packed_collate"]
@@ -44,6 +49,8 @@ def _tokens(sample: Any, key: str) -> torch.Tensor:
             raise KeyError(f"packed_collate: a sample has no {key!r} (keys: {sorted(sample)})")
         sample = sample[key]
     values = torch.as_tensor(sample)
+    if values.numel() == 0 and values.dim() == 1:
+        return torch.zeros(0, dtype=torch.int64)  # an empty sequence has no dtype to keep
     if values.dim() != 1 or values.is_floating_point():
         raise ValueError(
             f"packed_collate: each sample must be a 1-D sequence of token ids, got shape "
@@ -59,17 +66,25 @@ def packed_collate(
     rows: bool = True,
     pad_id: int = 0,
     key: str = "input_ids",
+    rows_per_batch: int | None = None,
 ) -> dict[str, Any]:
     """One packed batch from its samples (each a 1-D sequence of token ids, or a mapping
-    holding one under ``key``); see the module for the layouts.
+    holding one under ``key``); see the module for the layouts. An empty batch gives
+    no rows (``input_ids`` of shape ``(0, max_length)``, or ``(1, 0)`` flattened).
 
-    Use ``functools.partial(packed_collate, max_length=...)`` as the DataLoader's
-    ``collate_fn``, with the sampler's ``max_length``.
+    Use the sampler's own: ``collate_fn=sampler.collate_fn()`` (its ``max_length`` and
+    ``rows_per_batch``), or ``functools.partial(packed_collate, max_length=...)`` with
+    the sampler's ``max_length``. With ``rows_per_batch`` (the sampler's), a batch whose
+    samples make more rows than that is refused with ``ValueError``: the samples' lengths
+    are not those the sampler packed (``lengths`` differs from the dataset) or
+    ``max_length`` is smaller than the sampler's.
     """
-    if max_length < 1:
-        raise ValueError(f"max_length must be at least 1, got {max_length}")
+    max_length = checks.positive("max_length", max_length)
+    if rows_per_batch is not None:
+        rows_per_batch = checks.positive("rows_per_batch", rows_per_batch)
     tokens = [_tokens(sample, key) for sample in samples]
     lengths = [t.numel() for t in tokens]
+    origins = _origins(samples)
     flat = torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.int64)
     positions = (
         torch.cat([torch.arange(n, dtype=torch.int64) for n in lengths])
@@ -85,9 +100,18 @@ def packed_collate(
             "cu_seqlens": bounds.to(torch.int32),
             "max_seqlen": max(lengths, default=0),
             "seq_lens": seq_lens,
+            **origins,
         }
     starts = row_starts(lengths, max_length)
-    ends = [*starts[1:], len(lengths)]
+    if rows_per_batch is not None and len(starts) > rows_per_batch:
+        raise ValueError(
+            f"packed_collate: these {len(lengths)} samples (lengths {lengths[:8]}"
+            f"{' ...' if len(lengths) > 8 else ''}) make {len(starts)} rows of at most "
+            f"max_length={max_length} tokens, more than rows_per_batch={rows_per_batch}: the "
+            "samples' lengths differ from the lengths the sampler packed, or max_length "
+            "is not the sampler's (use collate_fn=sampler.collate_fn())"
+        )
+    ends = [*starts[1:], len(lengths)] if starts else []
     used = [sum(lengths[a:b]) for a, b in zip(starts, ends, strict=True)]
     width = max([max_length, *used])
     input_ids = torch.full((len(starts), width), pad_id, dtype=torch.int64)
@@ -111,4 +135,18 @@ def packed_collate(
         "max_seqlen": max(segments, default=0),
         "seq_lens": seq_lens,
         "row_starts": torch.tensor(starts, dtype=torch.int64),
+        **origins,
+    }
+
+
+def _origins(samples: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """``documents`` and ``starts`` of pieces (every sample a mapping holding both)."""
+    if not samples or not all(
+        isinstance(sample, Mapping) and "document" in sample and "start" in sample
+        for sample in samples
+    ):
+        return {}
+    return {
+        "documents": torch.tensor([int(sample["document"]) for sample in samples]),
+        "starts": torch.tensor([int(sample["start"]) for sample in samples]),
     }

@@ -28,10 +28,22 @@ The per-sample cost is one of:
   two different functions must not share a name.
 
 A sample whose own cost exceeds ``max_tokens`` forms a batch of its own.
+
+Exact integers end to end: the budget in cost units (``max_tokens`` times :attr:`TokenCost.
+scale`) must be below :data:`BUDGET_LIMIT` (``2**62``; :meth:`TokenCost.checked_budget`
+refuses more, naming the values, unless no batch of the data can cost that much, as with
+``max_tokens=sys.maxsize`` for "no limit"), and the batches are cut from each sample's cost capped
+at the budget plus one (:meth:`TokenCost.capped_costs`: a sample above the budget is
+above it either way), summed without int64 overflow
+(:func:`~samplers.tokens.arrays.reach_within`). So a cost in FLOPs (``6 * 70e9`` per
+token, a budget of ``16 * 2048`` tokens' worth) cuts exactly the batches that cost in
+tokens would, and every batch stays within the budget.
 """
 
 from __future__ import annotations
 
+import math
+import operator
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,12 +53,16 @@ import torch
 
 from samplers.checks import SamplerWarning
 
-__all__ = ["COSTS", "Cost", "CostLike", "TokenCost", "as_cost", "warn_costly"]
+__all__ = ["BUDGET_LIMIT", "COSTS", "Cost", "CostLike", "TokenCost", "as_cost", "warn_costly"]
 
 #: How a batch's per-sample costs are combined: ``"padded"`` = count x the longest's,
 #: ``"sum"`` = their sum.
 Cost = Literal["padded", "sum"]
 COSTS: tuple[Cost, ...] = get_args(Cost)
+#: A budget in cost units must be below this: costs are cut and summed in int64, each
+#: capped at the budget plus one (see the module docstring).
+BUDGET_LIMIT = 1 << 62
+_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -62,9 +78,16 @@ class TokenCost:
         692.5
     """
 
+    #: How a batch's per-sample costs combine: ``"padded"`` (the count times the
+    #: costliest sample's cost) or ``"sum"`` (the sum of the samples' costs).
     kind: Cost = "padded"
+    #: ``q`` of the quadratic per-sample cost ``d + d² / q`` (an integer of at least 1),
+    #: or ``None``.
     quadratic: int | None = None
+    #: A per-sample cost function (int64 lengths in, non-negative integer costs of the
+    #: same shape out, elementwise), or ``None``; needs :attr:`name`.
     per_sample: Callable[[torch.Tensor], torch.Tensor] | None = None
+    #: The name a checkpoint records for :attr:`per_sample` (a function cannot be saved).
     name: str | None = None
 
     def __post_init__(self) -> None:
@@ -74,10 +97,15 @@ class TokenCost:
             )
         if self.quadratic is not None:
             quadratic = self.quadratic
-            if isinstance(quadratic, bool) or not isinstance(quadratic, int) or quadratic < 1:
+            try:  # integer-likes (numpy.int64, a 0-d integer tensor) count as integers
+                whole = None if isinstance(quadratic, bool) else operator.index(quadratic)
+            except TypeError:
+                whole = None
+            if whole is None or whole < 1:
                 raise ValueError(
                     f"TokenCost quadratic must be an integer of at least 1, got {quadratic!r}"
                 )
+            object.__setattr__(self, "quadratic", whole)
             if self.per_sample is not None:
                 raise ValueError("TokenCost takes quadratic= or per_sample=, not both")
         if self.per_sample is not None:
@@ -117,10 +145,71 @@ class TokenCost:
         """``max_tokens`` in cost units (:attr:`scale` per token)."""
         return max_tokens * self.scale
 
-    def sample_costs(self, lengths: torch.Tensor) -> torch.Tensor:
-        """Each length's cost alone, in cost units (int64)."""
+    def checked_budget(
+        self, max_tokens: int, name: str = "max_tokens", *, count: int = 0, longest: int = 0
+    ) -> int:
+        """:meth:`budget`, refused with ``ValueError`` (naming ``name``, its value and the
+        scale) when it is :data:`BUDGET_LIMIT` or more, unless no batch of ``count``
+        samples of at most ``longest`` can cost that much (linear and quadratic costs:
+        such a budget cuts as ``BUDGET_LIMIT - 1`` does, every window one batch)."""
+        budget = self.budget(max_tokens)
+        no_batch_reaches = count * self.cost_of(longest) < BUDGET_LIMIT - 1
+        if budget >= BUDGET_LIMIT and self.per_sample is None and no_batch_reaches:
+            return budget
+        if budget >= BUDGET_LIMIT:
+            scaled = f" x quadratic={self.quadratic} = {budget}" if self.scale > 1 else ""
+            raise ValueError(
+                f"{name}={max_tokens}{scaled} cost units is too large a budget: it must be "
+                f"below 2**62 ({BUDGET_LIMIT}) so that costs add up exactly in int64; "
+                "scale the costs down (e.g. count in GFLOPs rather than FLOPs)"
+            )
+        return budget
+
+    def cost_of(self, length: int) -> int:
+        """One length's cost in cost units, as an exact Python integer."""
+        if self.quadratic is not None:
+            return self.quadratic * length + length * length
+        if self.per_sample is None:
+            return length
+        return int(self.sample_costs(torch.tensor([length], dtype=torch.int64))[0])
+
+    def _quadratic_limit(self, cap: int) -> int:
+        """The least length whose quadratic cost exceeds ``cap``."""
+        q = self.scale
+        # d * (q + d) > cap: from d = (sqrt(q² + 4 cap) - q) / 2, stepped to the exact one.
+        d = max((math.isqrt(q * q + 4 * cap) - q) // 2, 0)
+        while q * d + d * d <= cap:
+            d += 1
+        while d and q * (d - 1) + (d - 1) * (d - 1) > cap:
+            d -= 1
+        return d
+
+    def capped_costs(self, lengths: torch.Tensor, budget: int) -> torch.Tensor:
+        """Each length's cost (int64), exact where it is at most ``budget`` (below
+        :data:`BUDGET_LIMIT`) and ``budget + 1`` where it is more: what cutting batches
+        under ``budget`` needs, never overflowing int64 (a quadratic cost is computed on
+        lengths clamped where it passes the budget)."""
         values = lengths.to(torch.int64)
         if self.quadratic is not None:
+            values = values.clamp(max=self._quadratic_limit(budget))
+            costs = self.quadratic * values + values * values
+        elif self.per_sample is None:
+            costs = values
+        else:
+            costs = self.sample_costs(values)
+        return costs.clamp(max=budget + 1)
+
+    def sample_costs(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Each length's cost alone, in cost units (int64); ``ValueError`` naming the
+        longest when a quadratic cost would not fit int64."""
+        values = lengths.to(torch.int64)
+        if self.quadratic is not None:
+            if values.numel() and int(values.max()) >= self._quadratic_limit(_INT64_MAX):
+                longest = int(values.max())
+                raise ValueError(
+                    f"TokenCost quadratic={self.quadratic}: length {longest} costs "
+                    f"{self.cost_of(longest)} units, more than int64 holds (2**63 - 1)"
+                )
             return self.quadratic * values + values * values
         if self.per_sample is None:
             return values
@@ -204,15 +293,22 @@ def warn_costly(lengths: torch.Tensor, max_tokens: int, model: TokenCost) -> Non
     forms a batch of its own), naming the costliest."""
     if lengths.numel() == 0:
         return
-    costs = model.sample_costs(lengths)
-    over = costs > model.budget(max_tokens)
+    budget = model.budget(max_tokens)
+    costs = model.capped_costs(lengths, budget)
+    over = costs > budget
     count = int(torch.count_nonzero(over))
     if count:
-        costliest = int(torch.argmax(costs))
+        # The costliest: a function's own largest cost, else the longest (a quadratic
+        # cost grows with the length; it may not fit int64, so it is not computed whole).
+        if model.per_sample is not None:
+            costliest = int(torch.argmax(model.sample_costs(lengths)))
+        else:
+            costliest = int(torch.argmax(lengths))
+        length = int(lengths[costliest])
         warnings.warn(
             f"{count} sample(s) cost more than max_tokens={max_tokens} alone under "
             f"cost={model.label!r} (the costliest: index {costliest}, length "
-            f"{int(lengths[costliest])}, cost {int(costs[costliest]) / model.scale:g}); each "
+            f"{length}, cost {model.cost_of(length) / model.scale:g}); each "
             "forms a batch of its own that costs more than max_tokens",
             SamplerWarning,
             stacklevel=3,

@@ -8,11 +8,16 @@ is built (no negative one; the largest and the exact sum, which fix the default 
 reads the first chunk's lengths from the caller's tensor, and makes the copy when it is
 next needed: planning another chunk (a one-chunk epoch copies at once), the length
 digest of a state, a pickle, or anything else that asks for :meth:`HeldLengths.owned`.
-The copy is checked against what was planned before it.
+The copy is checked against what was planned before it. :func:`length_sum` and
+:func:`length_digest` read lengths a chunk at a time (the exact sum; a digest of them in
+order).
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import sys
 import threading
 from typing import Any
 
@@ -20,7 +25,10 @@ import torch
 
 from samplers.optional import numpy
 
-__all__ = ["SCAN_SAMPLES", "HeldLengths", "copy_dtype"]
+#: Lengths summed or digested at a time (an int64 cast of a chunk, not of them all).
+_SUM_CHUNK = 1 << 20
+
+__all__ = ["SCAN_SAMPLES", "HeldLengths", "copy_dtype", "length_digest", "length_sum"]
 
 #: The check reads the lengths this many at a time (so that the sum reads them from the
 #: cache, right after the maximum did).
@@ -213,7 +221,8 @@ def _part_stats(part: Any) -> tuple[int, int]:
         part, wide = part.to(torch.int64), torch.int64
         low, top = (int(bound) for bound in torch.aminmax(part)) if part.numel() else (0, 0)
         top = 2**64 if low < 0 else top
-    else:
+    else:  # a numpy array: numpy is installed
+        assert numpy is not None
         wide = numpy.int64
         top = int(part.view(_UNSIGNED_NAMES[part.dtype.itemsize]).max()) if part.size else 0
     if top < _SPLIT_LIMIT:
@@ -238,3 +247,27 @@ def _scan(values: torch.Tensor) -> tuple[int, int]:
             )
         longest, total = max(longest, top), total + part_total
     return longest, total
+
+
+def length_sum(lengths: torch.Tensor) -> int:
+    """The exact sum of ``lengths``, a chunk at a time: summing an int32 tensor into int64
+    at once first casts all of it (8 bytes a sample)."""
+    step = _SUM_CHUNK
+    return sum(
+        int(lengths[start : start + step].sum(dtype=torch.int64))
+        for start in range(0, lengths.numel(), step)
+    )
+
+
+def length_digest(lengths: torch.Tensor) -> str:
+    """A digest of ``lengths`` in order (BLAKE2b of their little-endian int64 bytes, a
+    chunk at a time): the same on every rank and platform for the same lengths, different
+    for another order of the same lengths."""
+    digest = hashlib.blake2b(digest_size=16)
+    step = _SUM_CHUNK
+    for start in range(0, lengths.numel(), step):
+        chunk = lengths[start : start + step].to(torch.int64).contiguous()
+        if sys.byteorder != "little":
+            chunk = chunk.view(torch.uint8).view(-1, 8).flip(1).contiguous()
+        digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel() * chunk.element_size()))
+    return digest.hexdigest()

@@ -35,9 +35,6 @@ size.
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -48,8 +45,17 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 import torch
 
 from samplers.plan import Order, Permutation, ceil_div, make_order
-from samplers.tokens.arrays import RADIX_LONGEST, by_cost_level, follow, longest_first, repeat
-from samplers.tokens.cost import COSTS, Cost, CostLike, TokenCost, as_cost
+from samplers.tokens.arrays import (
+    RADIX_LONGEST,
+    by_cost_level,
+    capped_sums,
+    follow,
+    longest_first,
+    reach_within,
+    repeat,
+)
+from samplers.tokens.cost import BUDGET_LIMIT, COSTS, Cost, CostLike, TokenCost, as_cost
+from samplers.tokens.held import length_sum
 
 __all__ = [
     "CHUNK_SAMPLES",
@@ -109,10 +115,20 @@ def locked(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S
     return run
 
 
-def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = None) -> int:
+def default_window(
+    lengths: torch.Tensor,
+    max_tokens: int,
+    total: int | None = None,
+    model: TokenCost | None = None,
+) -> int:
     """Samples per window: :data:`WINDOW_BATCHES` batches at the mean length, but at most
     ``N //`` :data:`MIN_WINDOWS`, and at least two batches' worth (and 1); never more
     than ``N`` (a budget far above the data makes one window of the whole dataset).
+
+    A batch holds ``max_tokens`` over the mean length samples, for the linear and
+    quadratic costs (whose ``max_tokens`` counts tokens); under a named per-sample
+    function (``model``, whose ``max_tokens`` is in the function's units, e.g. FLOPs),
+    the budget over the mean length's cost.
 
     A window holding the whole dataset would give the same batches every epoch (sorted
     by length), so a small dataset gets a few windows; a window of fewer samples than a
@@ -123,33 +139,13 @@ def default_window(lengths: torch.Tensor, max_tokens: int, total: int | None = N
     size = lengths.numel()
     if total is None:
         total = length_sum(lengths)
-    per_batch = max(1, max_tokens * size // max(total, 1))
+    if model is not None and model.per_sample is not None:
+        mean = total // max(size, 1)
+        per_batch = max(1, max_tokens // max(model.cost_of(mean), 1))
+    else:
+        per_batch = max(1, max_tokens * size // max(total, 1))
     window = max(1, 2 * per_batch, min(WINDOW_BATCHES * per_batch, size // MIN_WINDOWS))
     return min(window, max(size, 1))
-
-
-def length_sum(lengths: torch.Tensor) -> int:
-    """The exact sum of ``lengths``, a chunk at a time: summing an int32 tensor into int64
-    at once first casts all of it (8 bytes a sample)."""
-    step = CHUNK_SAMPLES * 16
-    return sum(
-        int(lengths[start : start + step].sum(dtype=torch.int64))
-        for start in range(0, lengths.numel(), step)
-    )
-
-
-def length_digest(lengths: torch.Tensor) -> str:
-    """A digest of ``lengths`` in order (BLAKE2b of their little-endian int64 bytes, a
-    chunk at a time): the same on every rank and platform for the same lengths, different
-    for another order of the same lengths."""
-    digest = hashlib.blake2b(digest_size=16)
-    step = CHUNK_SAMPLES * 16
-    for start in range(0, lengths.numel(), step):
-        chunk = lengths[start : start + step].to(torch.int64).contiguous()
-        if sys.byteorder != "little":
-            chunk = chunk.view(torch.uint8).view(-1, 8).flip(1).contiguous()
-        digest.update(ctypes.string_at(chunk.data_ptr(), chunk.numel() * chunk.element_size()))
-    return digest.hexdigest()
 
 
 def batch_costs(lengths: torch.Tensor, sizes: torch.Tensor, cost: CostLike) -> torch.Tensor:
@@ -230,7 +226,8 @@ class TokenOrder(Order):
         self.cost = cost
         #: The cost model (``cost`` as a :class:`~samplers.tokens.cost.TokenCost`).
         self.model: TokenCost = as_cost(cost)
-        self.window = window
+        #: Samples per window, at most the epoch's (a larger one is the same single window).
+        self.window = min(window, max(lengths.numel() if stream is None else stream.size, 1))
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = epoch
@@ -420,9 +417,16 @@ class TokenOrder(Order):
         so rearranged, and the batch starts (local, int64)."""
         return None, lengths, self._cut(lengths, local, count)
 
+    def _budget(self) -> int:
+        """The budget in the model's units, at most ``BUDGET_LIMIT - 1``: a larger one
+        was let through only when no batch can cost that much (see
+        :meth:`~samplers.tokens.cost.TokenCost.checked_budget`), so it cuts the same
+        batches, each window one batch."""
+        return min(self.model.budget(self.max_tokens), BUDGET_LIMIT - 1)
+
     def _level_budget(self) -> int:
         """The cost (in the model's units) the :data:`LEVELS` levels divide."""
-        return self.model.budget(self.max_tokens)
+        return self._budget()
 
     def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
         """Where a layout cuts batches ``[lows, highs)`` (two samples or more) in two: the
@@ -439,7 +443,7 @@ class TokenOrder(Order):
         batch per iteration (as many iterations as the window with the most batches has,
         never one per sample); with few, the chains are followed in Python.
         """
-        budget = self.model.budget(self.max_tokens)
+        budget = self._budget()
         window = self.window
         if self.model.kind == "padded" and self.model.linear:
             # Longest first: each window's longest is its first, and a batch starting at
@@ -453,7 +457,8 @@ class TokenOrder(Order):
                 costs = torch.clamp(torch.arange(longest + 1), min=1)
                 table = torch.clamp(budget // costs, min=1, max=window)
                 return follow(table, count, window, lengths)
-        each = lengths.to(torch.int64) if self.model.linear else self.model.sample_costs(lengths)
+        # Each cost capped at the budget plus one (the same cut, no int64 overflow).
+        each = self.model.capped_costs(lengths, budget)
         if self.model.kind == "padded":
             # A batch starting at i holds max(1, budget // cost[i]) samples; at most a
             # window's worth, so that ``local + fits`` cannot overflow.
@@ -461,19 +466,18 @@ class TokenOrder(Order):
             fits = torch.clamp(budget // torch.clamp(each, min=1), min=1, max=window)
             after = local + fits
         else:
-            total = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(each, 0)])
-            budget = min(budget, int(total[-1]) + 1)  # past the chunk's sum: no overflow
-            reach = torch.searchsorted(total, total[:-1] + budget, right=True) - 1
-            after = torch.maximum(reach, local + 1)
+            after = torch.maximum(reach_within(each, budget), local + 1)
         return follow(after, count, window)
 
     def _costs(
         self, lengths: torch.Tensor, starts: torch.Tensor, sizes: torch.Tensor
     ) -> torch.Tensor:
+        # Capped as the cut is (a batch over the budget is one sample, at the top level).
+        budget = self._level_budget()
         if self.model.kind == "padded":
             # The longest is the first.
-            return self.model.sample_costs(lengths[starts]) * sizes
-        return batch_costs(lengths, sizes, self.model)
+            return self.model.capped_costs(lengths[starts], budget) * sizes
+        return capped_sums(self.model.capped_costs(lengths, budget), starts, budget + 1)
 
 
 def _compact(starts: torch.Tensor, size: int) -> torch.Tensor:

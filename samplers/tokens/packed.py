@@ -8,14 +8,19 @@ checkpoints and agreement are the sampler core's (:mod:`samplers.core`).
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from samplers import checks
 from samplers.checks import SamplerWarning
 from samplers.options import Permutation, Tail
+from samplers.tokens.checks import lengths_tensor
+from samplers.tokens.collate import packed_collate
 from samplers.tokens.cost import CostLike, as_cost
 from samplers.tokens.packing import PackedOrder, default_packing_window
+from samplers.tokens.pieces import PieceDataset, Pieces, Split
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
 __all__ = ["DistributedPackedBatchSampler"]
@@ -45,10 +50,10 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
     **What a batch is.** Each batch is a flat list of dataset indices, row after row,
     each row's samples longest first: a ``DataLoader(dataset, batch_sampler=sampler)``
     fetches it as any batch, and :func:`~samplers.tokens.collate.packed_collate` (with
-    the same ``max_length``) rebuilds the rows from the samples' lengths and returns
-    ``input_ids``, ``position_ids`` and ``cu_seqlens``. The rows are read back exactly
-    (see :func:`~samplers.tokens.packing.row_starts`), provided each sample the dataset
-    returns has the length given in ``lengths``.
+    the same ``max_length``; ``sampler.collate_fn()`` gives it) rebuilds the rows from
+    the samples' lengths and returns ``input_ids``, ``position_ids`` and ``cu_seqlens``.
+    The rows are read back exactly (see :func:`~samplers.tokens.packing.row_starts`),
+    provided each sample the dataset returns has the length given in ``lengths``.
 
     Why a sampler of its own rather than a ``pack=`` option of the token sampler: packing
     has its own limit (a row's ``max_length``, not a batch's cost), its own unit (rows per
@@ -93,6 +98,14 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         window: samples packed together; default: about 512 rows' worth at the mean
             length, at most a quarter of the dataset. Larger windows pack more tightly
             and shuffle less.
+        split: how documents are cut into pieces (:mod:`samplers.tokens.pieces`): ``None``
+            (default: never; a document longer than ``max_length`` is a row of its own),
+            ``"long"`` (documents longer than ``max_length`` cut into pieces of
+            ``max_length``, so every row fits) or a piece length ``k`` (every document
+            longer than ``k`` cut into pieces of ``k``, rows filled to within about a
+            piece of the brim). The sampler then hands out piece ids, each exactly once
+            per epoch with ``tail="uneven"``: read them with
+            ``DataLoader(sampler.pieces_of(dataset), batch_sampler=sampler)``.
     """
 
     _warns_over_budget = False
@@ -113,6 +126,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         window: int | None = None,
         permutation: Permutation = "feistel",
         group: Any = None,
+        split: Split = None,
     ) -> None:
         self.max_length = checks.positive("max_length", max_length)
         self.rows_per_batch = checks.positive("rows_per_batch", rows_per_batch)
@@ -122,8 +136,12 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
                 f"cost must be summed for packed rows ('sum' or TokenCost('sum', ...)), got "
                 f"{model.label!r}: a packed row is not padded per sample"
             )
+        model.checked_budget(self.max_length * self.rows_per_batch, "max_length x rows_per_batch")
+        #: The documents cut into the pieces the sampler hands out (``split=``; without
+        #: it, each document is one piece and piece ids are dataset indices).
+        self.pieces = Pieces.of(lengths_tensor(lengths), split, self.max_length)
         super().__init__(
-            lengths,
+            self.pieces.lengths,
             self.max_length * self.rows_per_batch,
             num_replicas,
             rank,
@@ -152,6 +170,30 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             "that is longer than max_length",
             SamplerWarning,
             stacklevel=3,
+        )
+
+    def pieces_of(self, dataset: Any, key: str = "input_ids") -> PieceDataset:
+        """The dataset the DataLoader reads with ``split=``: ``dataset``'s documents cut
+        into this sampler's pieces (item ``p`` is piece ``p``, the tokens under ``key``,
+        with ``"document"`` and ``"start"``). Without ``split=`` each piece is a whole
+        document, so it is ``dataset`` with those fields added."""
+        return PieceDataset(dataset, self.pieces, key)
+
+    def collate_fn(
+        self, *, rows: bool = True, pad_id: int = 0, key: str = "input_ids"
+    ) -> Callable[[Sequence[Any]], dict[str, Any]]:
+        """The DataLoader's ``collate_fn`` for this sampler's batches:
+        :func:`~samplers.tokens.collate.packed_collate` with this sampler's
+        ``max_length`` and ``rows_per_batch`` (a batch whose samples make more rows than
+        that is refused: the dataset's samples are not as long as ``lengths`` says).
+        Picklable, for DataLoader workers."""
+        return functools.partial(
+            packed_collate,
+            max_length=self.max_length,
+            rows_per_batch=self.rows_per_batch,
+            rows=rows,
+            pad_id=pad_id,
+            key=key,
         )
 
     def order(self) -> PackedOrder:
@@ -183,11 +225,13 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         return found
 
     def _order_fields(self) -> dict[str, int | str]:
-        """The token sampler's, with the row length and rows per batch for its budget."""
+        """The token sampler's, with the row length and rows per batch for its budget,
+        and how documents are cut."""
         fields = super()._order_fields()
         del fields["max_tokens"]
         fields["max_length"] = self.max_length
         fields["rows_per_batch"] = self.rows_per_batch
+        fields["split"] = self.pieces.label
         return fields
 
     def settings(self) -> dict[str, Any]:
@@ -197,6 +241,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         del values["max_tokens"]
         values["max_length"] = self.max_length
         values["rows_per_batch"] = self.rows_per_batch
+        values["split"] = self.pieces.label
         return values
 
     def __repr__(self) -> str:

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 import torch
 
-from samplers.plan import Permutation
-from samplers.tokens.cost import TokenCost
+from samplers.plan import Order, Permutation
+from samplers.tokens.cost import BUDGET_LIMIT, TokenCost
 from samplers.tokens.order import MIN_WINDOWS, TokenOrder, length_sum
 
 __all__ = [
@@ -104,7 +104,9 @@ def row_starts(lengths: Sequence[int], max_length: int) -> list[int]:
 class PackedOrder(TokenOrder):
     """An epoch's samples packed into rows of ``max_length`` and batches of
     ``rows_per_batch`` rows (see the module); ``cost`` orders the batches and must be
-    summed (a packed row holds its samples without padding between them)."""
+    summed (a packed row holds its samples without padding between them). With
+    ``stream`` (e.g. a mixture's draws) the windows hold the stream's positions, as in
+    :class:`~samplers.tokens.order.TokenOrder`."""
 
     def __init__(
         self,
@@ -118,6 +120,7 @@ class PackedOrder(TokenOrder):
         seed: int,
         epoch: int,
         permutation: Permutation = "randperm",
+        stream: Order | None = None,
     ) -> None:
         if cost.kind != "sum":
             raise ValueError(f"a packed order's cost must be summed, got {cost.label!r}")
@@ -130,6 +133,7 @@ class PackedOrder(TokenOrder):
             seed=seed,
             epoch=epoch,
             permutation=permutation,
+            stream=stream,
         )
         self.max_length = max_length
         self.rows_per_batch = rows_per_batch
@@ -174,8 +178,8 @@ class PackedOrder(TokenOrder):
     def _level_budget(self) -> int:
         # The costliest batch: every row one sample of max_length (for a cost that is at
         # least additive; a costlier batch goes to the top level).
-        longest = torch.tensor([self.max_length], dtype=torch.int64)
-        return self.rows_per_batch * int(self.model.sample_costs(longest)[0])
+        # Kept below the limit the capped costs need (a larger one: the same top level).
+        return min(self.rows_per_batch * self.model.cost_of(self.max_length), BUDGET_LIMIT - 1)
 
     def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
         """Cut batches ``[lows, highs)`` between rows, the first part ``ceil(rows / 2)``

@@ -22,9 +22,9 @@ from samplers.options import Permutation, Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 from samplers.tokens.checks import lengths_tensor, token_tail, warn_over_budget
 from samplers.tokens.cost import Cost, CostLike, TokenCost, as_cost, warn_costly
-from samplers.tokens.held import HeldLengths
+from samplers.tokens.held import HeldLengths, length_digest
 from samplers.tokens.layout import TokenLayout
-from samplers.tokens.order import TokenOrder, default_window, length_digest
+from samplers.tokens.order import TokenOrder, default_window
 
 __all__ = ["DistributedTokenBatchSampler"]
 
@@ -147,12 +147,16 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self.shuffle = checks.as_flag("shuffle", shuffle)
         self.tail = token_tail(tail)
         model = as_cost(cost)
+        model.checked_budget(self.max_tokens, count=self._held.size, longest=self._held.longest)
         #: ``"padded"``, ``"sum"``, or a :class:`~samplers.tokens.cost.TokenCost`.
         self.cost: Cost | TokenCost = model.kind if model == TokenCost(model.kind) else model
         self.permutation = checks.permutation(permutation)
         self.length_sum = self._held.total
+        if self._warns_over_budget and not model.linear:
+            # First: it runs a named function over every length, refusing bad costs.
+            warn_costly(self._held.owned(), self.max_tokens, model)
         self.window = (
-            default_window(self._held.current, self.max_tokens, self.length_sum)
+            default_window(self._held.current, self.max_tokens, self.length_sum, model)
             if window is None
             else checks.positive("window", window)
         )
@@ -167,8 +171,6 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         self._length_digest: str | None = None
         if self._warns_over_budget and model.linear:
             warn_over_budget(self._held.current, self.max_tokens, self.tail, self._held.longest)
-        elif self._warns_over_budget:
-            warn_costly(self._held.owned(), self.max_tokens, model)
 
     # Plans ----------------------------------------------------------------------------------
 

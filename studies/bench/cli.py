@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from studies.interrupts import exit_status, terminated_as_interrupt
-from studies.options import size
+from studies.common.interrupts import exit_status, terminated_as_interrupt
+from studies.common.options import size
 
 if TYPE_CHECKING:
     from studies.bench.grid import Grid
@@ -249,7 +249,7 @@ def _measure_and_write(args: argparse.Namespace, options: dict[str, Any]) -> int
     from studies.bench.grid import Grid, machine_facts, run_grid
     from studies.bench.plot import draw, figure_size
     from studies.bench.tables import render_text, to_csv_text, to_json_text
-    from studies.figures import render_png
+    from studies.common.figures import render_png
 
     grid = Grid(**options)
     show = sys.stderr.isatty()

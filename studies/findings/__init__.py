@@ -46,9 +46,10 @@ How to add a finding
 
 :func:`modules` imports the registered modules and checks the protocol;
 :func:`build` builds one and labels its evidence with the module's metadata.
-``observe`` (what ranks receive, via :mod:`studies.simulate`), ``memory``
-(deterministic byte counts) and ``wording`` (numbers in sentences) are helpers for
-findings, not findings themselves.
+``observe`` (what ranks receive, via :mod:`studies.core.simulate`), ``memory``
+(deterministic byte counts), ``wording`` (numbers in sentences) and ``mixture_record``
+(the recorded mixture benchmark as tables and sentences) are helpers for findings, not
+findings themselves.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Table:
 class Picture:
     """One picture: ``draw`` fills a blank matplotlib Figure of ``size`` inches.
 
-    The report renders it with :func:`studies.figures.render_png` to
+    The report renders it with :func:`studies.common.figures.render_png` to
     ``<finding name>-<name>.png``; ``caption`` is its alt text and caption.
     """
 

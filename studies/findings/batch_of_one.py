@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from studies.cases import Case
+from studies.core.cases import Case
 from studies.findings import Evidence, Table
 from studies.findings.observe import batches, sampler_share
 from studies.findings.wording import count_of, joined, listed, plural

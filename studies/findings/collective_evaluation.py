@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from studies.distributed.collectives import COLLECTIVES, measure
+from studies.engines.collectives import COLLECTIVES, measure
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from studies.cases import Case, Implementation
-from studies.figures import draw_lines
+from studies.common.figures import draw_lines
+from studies.core.cases import Case, Implementation
+from studies.core.simulate import IndexDataset, make_sampler
 from studies.findings import Evidence, Picture, Table
 from studies.findings.memory import python_heap, tensor_bytes
-from studies.simulate import IndexDataset, make_sampler
 
 NAME = "cost"
 TITLE = "Memory per epoch: the stock sampler against ours"

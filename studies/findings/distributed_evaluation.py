@@ -9,12 +9,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from samplers.plan import ShardSizes
-from studies.cases import Case
-from studies.evaluation import PATTERNS, estimates, exact_accuracy, rank_results
-from studies.figures import draw_lines
+from studies.common.figures import draw_lines
+from studies.core.cases import Case
+from studies.core.evaluation import PATTERNS, estimates, exact_accuracy, rank_results
+from studies.core.simulate import IndexDataset, make_sampler
 from studies.findings import Evidence, Picture, Table
 from studies.findings.wording import count_of
-from studies.simulate import IndexDataset, make_sampler
 
 NAME = "distributed-evaluation"
 TITLE = "Distributed evaluation over padded shards: counting patterns against gathering"

@@ -9,12 +9,12 @@ import pandas as pd
 import torch
 
 from samplers.plan import rank_positions
-from studies.cases import Case, Implementation
+from studies.core.cases import Case, Implementation
+from studies.core.simulate import simulate
+from studies.core.summary import summarize
 from studies.findings import Evidence, Table
 from studies.findings.observe import batches, flat, plan, sampler_share
 from studies.findings.wording import count_of, listed
-from studies.simulate import simulate
-from studies.summary import summarize
 
 NAME = "drop-last"
 TITLE = "The sampler's drop_last trims before sharding, the DataLoader's after"

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from studies.distributed import ray_resized, ray_runs
-from studies.distributed.ray_resized import RESIZED_CHECKPOINT, RESIZED_EPOCHS, RESIZED_WORKERS
-from studies.distributed.ray_runs import (
+from studies.engines import ray_resized, ray_runs
+from studies.engines.ray_resized import RESIZED_CHECKPOINT, RESIZED_EPOCHS, RESIZED_WORKERS
+from studies.engines.ray_runs import (
     BATCH_SIZE,
     CASES,
     CHECKPOINT_STEP,

@@ -14,9 +14,9 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from samplers import DistributedSampler
 from samplers.plan import ceil_div
+from studies.core.simulate import IndexDataset
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed
-from studies.simulate import IndexDataset
 
 NAME = "equal-batch-counts"
 TITLE = "Ranks' batch counts: padded or trimmed shares against uneven splits"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from studies.distributed.unsharded_evaluation import BATCH_SIZE, measure
+from studies.engines.unsharded_evaluation import BATCH_SIZE, measure
 from studies.findings import Evidence, Table
 from studies.findings.collective_evaluation import ROUNDING
 from studies.findings.wording import count_of

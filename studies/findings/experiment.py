@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pandas as pd
 
-from studies import blog_post
-from studies.cases import EXPERIMENT, EXPERIMENT_DESCRIPTIONS
+from studies.core import blog_post
+from studies.core.cases import EXPERIMENT, EXPERIMENT_DESCRIPTIONS
+from studies.core.simulate import COLUMNS, simulate
+from studies.core.summary import summarize
+from studies.core.verdicts import verdicts
 from studies.findings import Evidence, Table
 from studies.findings.observe import batches
 from studies.findings.padding import received_order, repeats
 from studies.findings.wording import count_of, joined, listed
-from studies.simulate import COLUMNS, simulate
-from studies.summary import summarize
-from studies.verdicts import verdicts
 
 NAME = "experiment"
 TITLE = "The blog post's experiment: what it printed and what torch yields now"
@@ -26,7 +26,8 @@ _KEY = ["case", "epoch", "rank", "batch"]
 
 
 def simulated() -> pd.DataFrame:
-    """Every experiment run's tidy rows (:data:`studies.simulate.COLUMNS`), labelled ``case``."""
+    """Every experiment run's tidy rows (:data:`studies.core.simulate.COLUMNS`), labelled
+    ``case``."""
     parts = [simulate([case]).assign(case=label) for label, case in EXPERIMENT]
     return pd.concat(parts, ignore_index=True)[["case", *COLUMNS]]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from studies.distributed.frameworks import (
+from studies.engines.frameworks import (
     BATCH_SIZE,
     DATASET_SIZE,
     EPOCHS,

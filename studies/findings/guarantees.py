@@ -13,11 +13,11 @@ from importlib.metadata import version
 import pandas as pd
 
 from samplers import testing
-from studies.check_cli import SHOWN, counterexample_text
-from studies.extras import require
+from studies.common.extras import require
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined
-from studies.peers import COLUMNS, Column
+from studies.kit.cli import SHOWN, counterexample_text
+from studies.kit.peers import COLUMNS, Column
 
 NAME = "guarantees"
 TITLE = (
@@ -67,7 +67,7 @@ def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, pd.DataFrame]:
     """Every column's check, by name, computed in parallel processes.
 
     Each check is deterministic (the kit's derandomised search), so the processes only
-    make it quicker. Raises :class:`studies.extras.MissingExtra` when a peer library is
+    make it quicker. Raises :class:`studies.common.extras.MissingExtra` when a peer library is
     not installed: a missing peer fails the report, it never drops a column.
     """
     require("peers")
@@ -90,7 +90,7 @@ def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, pd.DataFrame]:
 
 def cells(columns: tuple[Column, ...] = COLUMNS) -> pd.DataFrame:
     """One row per sampler and guarantee: the kit's result for every column of
-    :data:`studies.peers.COLUMNS`, in column order and the kit's guarantee order."""
+    :data:`studies.kit.peers.COLUMNS`, in column order and the kit's guarantee order."""
     results = checked(columns)
     rows = []
     for column in columns:

@@ -10,10 +10,10 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers import DistributedSampler
-from studies.cases import Implementation
+from studies.core.cases import Implementation
+from studies.core.simulate import IndexDataset
 from studies.findings import Evidence, Table
 from studies.findings.wording import joined, listed, plural
-from studies.simulate import IndexDataset
 
 NAME = "manual-seed"
 TITLE = "torch.manual_seed and the sampler's order: only the seed argument counts"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from studies.distributed.mesh_runs import (
+from studies.engines.mesh_runs import (
     CALLS,
     RESUME_TAIL,
     VARIANTS,

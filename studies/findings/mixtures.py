@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from studies import mixture_bench
-from studies import mixture_ways as ways
-from studies.bench import mixture
 from studies.findings import Evidence, Table
+from studies.findings import mixture_record as mixture
 from studies.findings.wording import count_of, joined, up_to
+from studies.mixtures import bench as mixture_bench
+from studies.mixtures import ways
 
 NAME = "mixtures"
 TITLE = "Mixing datasets by weight: proportions, passes, resume and reweighting"

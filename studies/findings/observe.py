@@ -1,7 +1,7 @@
 """What a case's samplers and DataLoaders hand each rank, in the shapes findings use.
 
 Every function here runs the real samplers and DataLoaders (through
-:mod:`studies.simulate`) or reads the shared planning layer (:mod:`samplers.plan`); the
+:mod:`studies.core.simulate`) or reads the shared planning layer (:mod:`samplers.plan`); the
 findings never re-derive the sharding arithmetic.
 """
 
@@ -13,8 +13,8 @@ import torch
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers.plan import EpochPlan, ShardSizes
-from studies.cases import Case
-from studies.simulate import IndexDataset, case_rows, make_sampler
+from studies.core.cases import Case
+from studies.core.simulate import IndexDataset, case_rows, make_sampler
 
 __all__ = [
     "Batches",

@@ -9,8 +9,8 @@ import torch
 from matplotlib.figure import Figure
 
 from samplers.plan import interleave
-from studies.cases import Case, Implementation
-from studies.figures import draw_layout
+from studies.common.figures import draw_layout
+from studies.core.cases import Case, Implementation
 from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import layout, plan, sampler_share
 from studies.findings.wording import count_of, listed

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 from torch.utils.data import DataLoader
 
-from studies.cases import Case
+from studies.core.cases import Case
+from studies.core.simulate import IndexDataset, make_loader, make_sampler
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed
-from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "persistent-workers"
 TITLE = "Persistent workers and a shuffled DataLoader's later epochs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from studies.distributed.versus_simulation import Comparison, compare, verification_runs
+from studies.engines.versus_simulation import Comparison, compare, verification_runs
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed
 

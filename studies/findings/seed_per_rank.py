@@ -10,11 +10,11 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from studies.cases import Case, Implementation
-from studies.figures import draw_lines
+from studies.common.figures import draw_lines
+from studies.core.cases import Case, Implementation
+from studies.core.simulate import IndexDataset, make_sampler
 from studies.findings import Evidence, Picture, Table
 from studies.findings.wording import count_of, joined, plural
-from studies.simulate import IndexDataset, make_sampler
 
 NAME = "seed-per-rank"
 TITLE = "Ranks seeded differently: samples seen twice and samples never seen"

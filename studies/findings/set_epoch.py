@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from studies.cases import Case
+from studies.core.cases import Case
 from studies.findings import Evidence, Table
 from studies.findings.observe import batches, flat
 from studies.findings.wording import count_of, listed

@@ -9,10 +9,10 @@ import pandas as pd
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
-from studies.cases import Case, Implementation
+from studies.core.cases import Case, Implementation
+from studies.core.simulate import IndexDataset, make_loader, make_sampler
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed, plural
-from studies.simulate import IndexDataset, make_loader, make_sampler
 
 NAME = "set-epoch-timing"
 TITLE = "set_epoch after iteration has started, and the running epoch"

@@ -6,7 +6,7 @@ run recorded by ``dsampler bench --record`` (:mod:`studies.bench.record`), commi
 with the machine it ran on, and quotes only medians and ratios measured in that run.
 ``dsampler bench`` measures the same grid (and more, with options) on any machine.
 The mixture sampler's tables and sentence come the same way from the run recorded by
-``python -m studies.mixture_bench --record`` (:mod:`studies.bench.mixture`).
+``python -m studies.mixtures.bench --record`` (:mod:`studies.findings.mixture_record`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from studies import mixture_bench
-from studies.bench import mixture
 from studies.bench.grid import LOADER_QUANTITY, MEMORY_HEADROOM, SAMPLER_QUANTITIES, Grid
 from studies.bench.plot import draw, figure_size
 from studies.bench.probe import WARM_UP_SIZE
@@ -31,7 +29,9 @@ from studies.bench.tables import (
 )
 from studies.bench.variants import FLOOR, REFERENCE
 from studies.findings import Evidence, Picture, Table
+from studies.findings import mixture_record as mixture
 from studies.findings.wording import plural
+from studies.mixtures import bench as mixture_bench
 
 NAME = "speed"
 TITLE = "Speed and memory: the stock sampler, ours, bare torch.randperm and feistel"
@@ -180,7 +180,7 @@ class _Quoted:
 
 
 def _mixture_prose(recorded: dict[str, Any]) -> str:
-    """The recorded mixture benchmark in words (:func:`studies.bench.mixture.prose`)."""
+    """The recorded mixture benchmark in words (:func:`studies.findings.mixture_record.prose`)."""
     facts = {name: str(value) for name, value in recorded["machine"].items()}
     return mixture.prose(recorded, _machine(facts))
 

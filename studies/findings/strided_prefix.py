@@ -9,8 +9,8 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from studies.cases import Case
-from studies.figures import draw_layout
+from studies.common.figures import draw_layout
+from studies.core.cases import Case
 from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import batches, layout, plan
 from studies.findings.wording import count_of

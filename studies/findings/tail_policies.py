@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler as StockDistributedSampler
 
 from samplers import DistributedBatchSampler, DistributedSampler
+from studies.core.simulate import IndexDataset, expecting_unequal_batches
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined
-from studies.simulate import IndexDataset, expecting_unequal_batches
 
 NAME = "tail-policies"
 TITLE = "Which sampler and tail policy: repeats, drops, batch counts and batch sizes"

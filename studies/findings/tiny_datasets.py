@@ -14,12 +14,12 @@ from torch.utils.data.distributed import DistributedSampler as StockDistributedS
 
 from samplers import DistributedSampler
 from samplers.plan import interleave
-from studies.cases import Case
-from studies.figures import draw_layout
+from studies.common.figures import draw_layout
+from studies.core.cases import Case
+from studies.core.simulate import IndexDataset
 from studies.findings import Evidence, Picture, Table
 from studies.findings.observe import batches, flat, layout, plan, sampler_share
 from studies.findings.wording import count_of, joined, listed, plural
-from studies.simulate import IndexDataset
 
 NAME = "tiny-datasets"
 TITLE = "Fewer samples than ranks: repeats, or nothing at all"

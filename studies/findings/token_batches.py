@@ -11,10 +11,10 @@ import torch
 from matplotlib.figure import Figure
 
 from samplers.tokens.held import copy_dtype
-from studies import token_bench
 from studies.findings import Evidence, Finding, Picture, Table
 from studies.findings.wording import count_of, joined
-from studies.token_batching import (
+from studies.tokens import bench as token_bench
+from studies.tokens.batching import (
     SAMPLERS,
     StepModel,
     batch_size_like,
@@ -22,19 +22,16 @@ from studies.token_batching import (
     order_change,
     step_balance,
 )
-from studies.token_lengths import CONTEXT, PACKAGE, load, real_lengths, synthetic_lengths
+from studies.tokens.lengths import CONTEXT, MAX_TOKENS, PACKAGE, SEED, datasets, load
 
 NAME = "token-batches"
 TITLE = "Variable-length samples: a token budget per batch against a fixed batch size"
 GUARDED_BY = "tests/test_token_batches.py::test_the_claim_holds_in_the_tables"
 SLOW = True
 
-MAX_TOKENS = 16384
 #: Packed rows: (max_length, rows per batch), the context and as many rows as fill MAX_TOKENS.
 CONTEXT_ROWS = (CONTEXT, MAX_TOKENS // CONTEXT)
 WORLD_SIZES = (4, 8)
-SEED = 0
-SYNTHETIC_SIZE = 12_000
 MODEL = StepModel()
 #: The configuration the picture shows.
 PICTURED = ("torch source files", 8)
@@ -47,14 +44,6 @@ NAMES = {
 }
 OURS = NAMES["ours"]
 TARGETS = {"straggler ratio": 1.05, "padded efficiency": 0.90}
-
-
-def datasets() -> dict[str, torch.Tensor]:
-    """The two length distributions, truncated to the context."""
-    return {
-        "lognormal": synthetic_lengths(SYNTHETIC_SIZE, seed=SEED),
-        "torch source files": real_lengths(),
-    }
 
 
 def describe(data: dict[str, torch.Tensor]) -> pd.DataFrame:
@@ -126,7 +115,7 @@ def compare(data: dict[str, torch.Tensor]) -> tuple[pd.DataFrame, dict[str, list
 
 
 def recorded_bench() -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The recorded planning benchmark (:mod:`studies.token_bench`) as a table."""
+    """The recorded planning benchmark (:mod:`studies.tokens.bench`) as a table."""
     record = token_bench.load()
     frame = pd.DataFrame(record["rows"])
     frame["sampler"] = frame["sampler"].map(NAMES)

@@ -3,7 +3,7 @@
 On the token finding's two length distributions and world sizes, ours under three cost
 models (padded tokens; lhotse's quadratic d + d²/q; packed rows of the context length)
 against a fixed batch size that never exceeds the budget, each measured as in
-:mod:`studies.token_costing`.
+:mod:`studies.tokens.costing`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 import pandas as pd
 
-from studies import token_timing
 from studies.findings import Evidence, Table
-from studies.findings.token_batches import MAX_TOKENS, SEED, WORLD_SIZES, datasets
+from studies.findings.token_batches import WORLD_SIZES
 from studies.findings.wording import count_of, joined
-from studies.token_costing import (
+from studies.tokens import timing as token_timing
+from studies.tokens.costing import (
     PACKED,
     QUADRATIC,
     SAMPLERS,
@@ -24,7 +24,7 @@ from studies.token_costing import (
     quadratic_budget,
     resumes_elsewhere,
 )
-from studies.token_lengths import CONTEXT
+from studies.tokens.lengths import CONTEXT, MAX_TOKENS, SEED, datasets
 
 NAME = "token-costs"
 TITLE = "Token batches under a cost model: padded, quadratic and packed rows"
@@ -286,7 +286,7 @@ STRAGGLER_MEASURED, STRAGGLER_SIMULATED = "straggler ratio, measured", "straggle
 
 
 def timed(current: dict[tuple[str, int, str], Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The recorded CPU timing (:mod:`studies.token_timing`) against the simulated time
+    """The recorded CPU timing (:mod:`studies.tokens.timing`) against the simulated time
     of the same batches, one row per run; and the record (with ``"stale"``: its runs
     whose batches differ from the samplers' ``current`` shares)."""
     recorded = token_timing.load()

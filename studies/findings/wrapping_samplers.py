@@ -13,9 +13,9 @@ from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomS
 
 from samplers import DistributedSamplerWrapper
 from samplers.plan import Strided
+from studies.core.simulate import IndexDataset
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of
-from studies.simulate import IndexDataset
 
 NAME = "wrapping-samplers"
 TITLE = "Sharding any sampler: one seeded stream, or a different stream on every rank"

@@ -7,7 +7,7 @@ from importlib.metadata import version
 
 import pandas as pd
 
-from studies.distributed.collection import (
+from studies.engines.collection import (
     BATCH_SIZE,
     COLLECTIONS,
     LOST,

@@ -1,0 +1,195 @@
+"""The search of the mixture guarantees (:mod:`samplers.testing.mixtures`): hypothesis
+draws mixtures, and a violation is shrunk to the smallest mixture found.
+
+:func:`check_mixture_guarantee` searches one guarantee of ``MIXTURES``, derandomised
+(``thorough`` draws more, at random); :func:`check_mixture` searches them all. Mixtures
+are drawn with one to four sources of up to 40 samples and small weights, or, for the
+guarantees of :data:`LARGE_WEIGHTS`, three to six sources with one or two weights far
+larger than the rest. Shrinking drops a source, then lowers the ranks, the steps taken,
+the weights and the sizes, one change at a time, while the violation stays.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from typing import Any, cast
+
+from samplers.testing.mixtures import Mixture
+from samplers.testing.registry import MIXTURES
+from samplers.testing.running import Factory, Rejected, Unsupported, Violation
+from samplers.testing.search import SEEDS, Result, _Tally
+
+__all__ = ["LARGE_WEIGHTS", "MIXTURE_EXAMPLES", "check_mixture", "check_mixture_guarantee"]
+
+#: Examples the search tries per guarantee (derandomised), and thorough.
+MIXTURE_EXAMPLES = {False: 20, True: 300}
+
+
+#: Guarantees searched over mixtures whose weights include some far larger than the rest
+#: (common denominators past any bounded period): their weights are drawn from these.
+LARGE_WEIGHTS = {"mixture-positive-share": (1 << 16, 10**7)}
+
+
+def _strategy(guarantee: str = "") -> Any:
+    from hypothesis import strategies as st
+
+    large = LARGE_WEIGHTS.get(guarantee)
+
+    @st.composite
+    def mixtures(draw: Any) -> Mixture:
+        count = draw(st.integers(1, 4) if large is None else st.integers(3, 6))
+        sizes = tuple(draw(st.lists(st.integers(1, 40), min_size=count, max_size=count)))
+        if large is None:
+            weights = st.lists(st.integers(0, 6), min_size=count, max_size=count).filter(any)
+        else:  # one or two weights far larger than the small others, in any place
+            big = st.lists(st.integers(*large), min_size=1, max_size=2)
+            small = st.lists(st.integers(0, 3), min_size=count, max_size=count)
+            weights = (
+                st.tuples(big, small)
+                .map(lambda pair: tuple((pair[0] + pair[1])[:count]))
+                .flatmap(st.permutations)
+            )
+        return Mixture(
+            sizes,
+            tuple(draw(weights)),
+            draw(st.integers(1, 6)),
+            draw(st.sampled_from(SEEDS)),
+            draw(st.integers(0, 60)),
+            draw(st.integers(1, 6)),
+            tuple(draw(weights)),
+        )
+
+    return mixtures()
+
+
+def _smaller(mixture: Mixture) -> list[Mixture]:
+    """Mixtures one change smaller, smallest first."""
+    found = []
+    count = len(mixture.sizes)
+    for d in range(count):
+        if count > 1:
+            keep = [e for e in range(count) if e != d]
+            weights = tuple(mixture.weights[e] for e in keep)
+            new = tuple(mixture.new_weights[e] for e in keep) if mixture.new_weights else ()
+            if any(weights):
+                found.append(
+                    replace(
+                        mixture,
+                        sizes=tuple(mixture.sizes[e] for e in keep),
+                        weights=weights,
+                        new_weights=new,
+                    )
+                )
+    for name in ("world_size", "other_world_size", "taken"):
+        value = getattr(mixture, name)
+        for smaller in sorted({1 if name != "taken" else 0, value // 2, value - 1}):
+            if (0 if name == "taken" else 1) <= smaller < value:
+                found.append(replace(mixture, **{name: smaller}))
+    for name in ("weights", "new_weights"):
+        values = getattr(mixture, name)
+        for d, weight in enumerate(values):
+            for smaller in sorted({0, weight // 2, weight - 1}):
+                changed = tuple(smaller if e == d else w for e, w in enumerate(values))
+                if 0 <= smaller < weight and any(changed):
+                    values_of: dict[str, Any] = {name: changed}
+                    found.append(replace(mixture, **values_of))
+    for d, size in enumerate(mixture.sizes):
+        for smaller in sorted({1, size // 2, size - 1}):
+            if 1 <= smaller < size:
+                sizes = tuple(smaller if e == d else s for e, s in enumerate(mixture.sizes))
+                found.append(replace(mixture, sizes=sizes))
+    return found
+
+
+def _minimised(mixture: Mixture, violates: Callable[[Mixture], bool]) -> Mixture:
+    for _ in range(200):
+        for smaller in _smaller(mixture):
+            if violates(smaller):
+                mixture = smaller
+                break
+        else:
+            return mixture
+    return mixture
+
+
+def _violation(factory: Factory, guarantee: str, mixture: Mixture) -> Violation | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MIXTURES[guarantee].check(factory, cast("Any", mixture))
+    except (Violation, Unsupported, Rejected):
+        raise
+    except Exception as error:
+        raise Rejected(error) from error
+    return None
+
+
+def check_mixture_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False) -> Result:
+    """Search mixtures for a violation of ``guarantee`` (an id of ``MIXTURES``); the
+    smallest one found is the counterexample."""
+    if guarantee not in MIXTURES:
+        raise ValueError(f"guarantee must be one of {list(MIXTURES)}, got {guarantee!r}")
+    from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    tally = _Tally()
+
+    def violates(mixture: Mixture) -> bool:
+        tally.tried += 1
+        try:
+            return _violation(factory, guarantee, mixture) is not None
+        except Violation:
+            return True
+        except Unsupported as reason:
+            tally.unsupported = str(reason)
+        except Rejected:
+            tally.rejected += 1
+        return False
+
+    options = settings(
+        max_examples=MIXTURE_EXAMPLES[thorough],
+        derandomize=not thorough,
+        database=None,
+        deadline=None,
+        verbosity=Verbosity.quiet,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+    )
+    try:
+        found = _minimised(find(_strategy(guarantee), violates, settings=options), violates)
+    except NoSuchExample:
+        if tally.unsupported:
+            return Result(guarantee, None, None, f"not supported: {tally.unsupported}")
+        if tally.rejected == tally.tried:
+            return Result(
+                guarantee, None, None, "not supported: the sampler raised for every mixture"
+            )
+        return Result(
+            guarantee,
+            True,
+            None,
+            f"held on {tally.tried - tally.rejected} mixtures searched",
+            examples=tally.tried,
+        )
+    try:
+        violation = _violation(factory, guarantee, found)
+    except Violation as raised:
+        violation = raised
+    if violation is None:
+        return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
+    counterexample = {**asdict(found), **violation.details, "what": violation.what}
+    return Result(
+        guarantee,
+        False,
+        counterexample,
+        str(violation),
+        violation.experience,
+        tally.tried,
+    )
+
+
+def check_mixture(factory: Factory, *, thorough: bool = False) -> list[Result]:
+    """:func:`check_mixture_guarantee` for every mixture guarantee, in registry order."""
+    return [check_mixture_guarantee(factory, g, thorough=thorough) for g in MIXTURES]
