@@ -269,6 +269,9 @@ def _decode_version_1(
     # Version 1 wrote an epoch whose last step was done as a fresh iteration of the same
     # epoch that had already run (``last_epoch == epoch``): that is a finished epoch.
     ended = values["start"] == 0 and values["taken"] == 0 and last_epoch == values["epoch"]
-    if ended or position >= layout.stop:
+    # A rank whose share is empty (``stop == 0``) that has taken nothing has not begun the
+    # epoch: it is at the epoch's start, as a version 2 state saved there says.
+    begun = values["taken"] > 0 or values["start"] > 0
+    if ended or (begun and position >= layout.stop):
         return Saved(values["epoch"], values["seed"], dataset_length, finished=True)
     return Saved(values["epoch"], values["seed"], min(position, dataset_length), finished=False)

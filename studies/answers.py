@@ -59,8 +59,9 @@ SOURCES = (
 )
 #: Their names, as the report builds them.
 NEEDED = tuple(module.NAME for module in SOURCES)
-#: Findings linked without numbers (slow ones may be among them).
-LINKED = ("exact-evaluation", "zip-and-truncate")
+#: Findings linked without numbers (slow ones may be among them): the README is the same
+#: whether they were built or not, so their rows say what they measure, not what they found.
+LINKED = ("exact-evaluation", "zip-and-truncate", "token-costs", "mixtures", "engines")
 
 
 def _built(findings: Mapping[str, Finding], name: str) -> Finding:
@@ -199,5 +200,49 @@ def answers(findings: Mapping[str, Finding]) -> pd.DataFrame:
         ),
         frameworks.answer(_built(findings, frameworks.NAME)),
         token_batches.answer(_built(findings, token_batches.NAME)),
+        *linked_rows(link),
     ]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def linked_rows(link: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The rows for packed rows, mixtures and Ray Train, each linking the finding that
+    measures it (:data:`LINKED`, built only by a full render), with no number of its own."""
+    return [
+        (
+            "training on packed rows (documents concatenated, no padding)",
+            "Ours: `DistributedPackedBatchSampler(lengths, max_length, rows_per_batch)` as the "
+            "DataLoader's `batch_sampler`, with its collate function (`packed_collate`: "
+            "`input_ids`, `position_ids`, `cu_seqlens`): every sample whole in one row of at "
+            "most `max_length` tokens, packed best-fit decreasing, the same number of batches "
+            "on every rank, resumable on any world size; its `split` cuts documents longer "
+            "than a row into pieces. `dsampler explain --sampler packed` shows each rank's "
+            "rows and their fill.",
+            f"{link['token-costs']} measures packed rows against padded batches, in tokens "
+            "and in time, under linear and quadratic cost models.",
+        ),
+        (
+            "mixing datasets by weight",
+            "Ours: `DistributedMixtureSampler(datasets, weights)` (or "
+            "`DistributedMixtureBatchSampler` for the same number of batches on every rank): "
+            "every prefix of the stream within one sample of the weights, each source read "
+            "in passes without repeats, `sampler.state_dict()` resumed on any world size, "
+            "new weights mid-run with its `set_weights`. Under a token budget "
+            "`DistributedMixtureTokenBatchSampler`; packed into rows "
+            "`DistributedPackedMixtureSampler(datasets, weights, lengths, max_length, "
+            "rows_per_batch)`, its weights in tokens or in samples. `dsampler explain "
+            "--sampler mixture` shows each rank's sources against the weights.",
+            f"{link['mixtures']} measures the proportions at every prefix, the repeats within "
+            "a pass, a resume on another world size and a reweighting, ours against the "
+            "ways of mixing in use.",
+        ),
+        (
+            "training with Ray Train",
+            "Ours through `samplers.integrations.ray`: its `prepare_data_loader(loader)` in "
+            "place of Ray's `ray.train.torch.prepare_data_loader` (which replaces a sampler "
+            "of ours or breaks its batches), and its `save_state` and `load_state` with Ray's "
+            "checkpoints, restarts on fewer workers included.",
+            f"{link['engines']} runs real `TorchTrainer` jobs, Ray's prepare_data_loader "
+            "against ours, and restarts them from their checkpoints, sample by sample.",
+        ),
+    ]

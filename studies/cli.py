@@ -10,11 +10,17 @@ each sampler holds in memory per rank (``studies.core.sampler_memory``; JSON: ``
 ``--launch`` runs real local processes (``studies.engines.case_runs``) instead of
 simulating; the output is the same either way.
 
-``torchrun --nproc-per-node N -m studies.cli observe ...`` (or the ``dsampler`` script
-in place of ``-m studies.cli``) runs the case on the ranks torchrun started, on any
-backend and any number of nodes (``studies.engines.torchrun``); rank 0 prints what
-``explain`` prints, the rows marked ``source`` = ``processes``, plus the agreement with
-the simulation. No other rank writes to stdout.
+``--sampler tokens|packed|mixture|mixture-batch|mixture-tokens|packed-mixture|wrapper``
+explains the token, packed and mixture samplers and the wrapper instead: their options
+(``--lengths``, ``--max-tokens``, ``--max-length``, ``--rows-per-batch``, ``--split``,
+``--source-sizes``, ``--weights``, ...), checks and output are ``studies.sampler_cli``'s:
+every rank's batches with their tokens, rows and fill, or sources against the weights.
+
+``torchrun --nproc-per-node N --no-python dsampler observe ...`` runs the case on the
+ranks torchrun started, on any backend and any number of nodes
+(``studies.engines.torchrun``); rank 0 prints what ``explain`` prints, the rows marked
+``source`` = ``processes``, plus the agreement with the simulation. No other rank writes
+to stdout.
 
 ``dsampler report`` writes the study's reports into ``--output``: a new or empty
 directory, or one it generated before; anything else only with ``--force``
@@ -39,6 +45,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from studies import sampler_cli
 from studies.bench import cli as bench
 from studies.common.options import Parser, size
 from studies.core.cases import IMPLEMENTATIONS, SAMPLER_KINDS, TAILS, Case, Implementation
@@ -79,6 +86,17 @@ _SHOWN_LIST = 16
 
 #: The Case field each option sets, so Case's errors can name the option.
 _OPTIONS = {field.name: f"--{field.name.replace('_', '-')}" for field in fields(Case)}
+#: What --sampler chooses: the Case's index and batch samplers, or one of the token,
+#: packed and mixture samplers and the wrapper (studies.sampler_cli).
+SAMPLERS = (*SAMPLER_KINDS, *sampler_cli.KINDS)
+#: The bounds of a listing, for studies.sampler_cli.
+LIMITS = sampler_cli.Limits(
+    listed=EXPLAIN_MAX_LISTED,
+    world_size=EXPLAIN_MAX_WORLD_SIZE,
+    passes=EXPLAIN_MAX_PASSES,
+    epochs=MAX_EPOCHS,
+    num_workers=MAX_NUM_WORKERS,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
             "the process group (backend nccl with GPUs, gloo otherwise), the batches are "
             "gathered to rank 0, and rank 0 alone prints what explain prints, plus the "
             "agreement with the simulation. Example: torchrun --standalone "
-            "--nproc-per-node 3 -m studies.cli observe --dataset-size 11 --batch-size 2"
+            "--nproc-per-node 3 --no-python dsampler observe --dataset-size 11 --batch-size 2"
         ),
     )
     _configuration_options(observe, world_size=False)
@@ -151,11 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
 def _configuration_options(command: argparse.ArgumentParser, *, world_size: bool) -> None:
     command.set_defaults(command_parser=command)  # so errors show this command's usage
     command.add_argument(
-        "--dataset-size", type=size, required=True, help="samples in the dataset (e.g. 1e5)"
+        "--dataset-size",
+        type=size,
+        help="samples in the dataset (e.g. 1e5); required but for --lengths given as "
+        "values or a file, and for mixtures (--source-sizes)",
     )
     if world_size:
         command.add_argument("--world-size", type=int, required=True, help="number of ranks")
-    command.add_argument("--batch-size", type=int, required=True, help="DataLoader batch size")
+    command.add_argument(
+        "--batch-size",
+        type=int,
+        help="DataLoader batch size; required but for the token and packed samplers",
+    )
     command.add_argument(
         "--epochs", type=int, default=2, help=f"epochs to run (default 2, at most {MAX_EPOCHS})"
     )
@@ -184,10 +209,15 @@ def _configuration_options(command: argparse.ArgumentParser, *, world_size: bool
     )
     command.add_argument(
         "--sampler",
-        choices=SAMPLER_KINDS,
+        choices=SAMPLERS,
         default=None,
-        help="ours: index (a DistributedSampler, batched by the DataLoader; the default) or "
-        "batch (DistributedBatchSampler, the DataLoader's batch_sampler)",
+        help="ours: index (a DistributedSampler, batched by the DataLoader; the default), "
+        "batch (DistributedBatchSampler, the DataLoader's batch_sampler), wrapper "
+        "(DistributedSamplerWrapper over a RandomSampler, or a SequentialSampler with "
+        "--no-shuffle), tokens "
+        "(DistributedTokenBatchSampler), packed (DistributedPackedBatchSampler), mixture, "
+        "mixture-batch, mixture-tokens (DistributedMixture[Batch|TokenBatch]Sampler) or "
+        "packed-mixture (DistributedPackedMixtureSampler)",
     )
     command.add_argument("--format", choices=FORMATS, default="table", help="default table")
     command.add_argument(
@@ -201,6 +231,7 @@ def _configuration_options(command: argparse.ArgumentParser, *, world_size: bool
         action="store_true",
         help="DataLoader persistent_workers=True (needs --num-workers 1 or more)",
     )
+    sampler_cli.add_options(command)
 
 
 def _version() -> str:
@@ -240,6 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _explain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.sampler in sampler_cli.KINDS:
+        return sampler_cli.explain(parser, args, LIMITS)
+    _check_case_options(parser, args)
     _check_bounds(parser, args)
     if args.summary and (args.tail == "uneven" or args.sampler == "batch"):
         parser.error(
@@ -311,6 +345,17 @@ def _explain_summary(parser: argparse.ArgumentParser, case: Case, args: argparse
         parts = [_case_line(case), numbers, memory_part, *verdict_parts]
         sys.stdout.write("\n\n".join(parts) + "\n")
     return 0
+
+
+def _check_case_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The index and batch samplers: what argparse cannot require (the token, packed and
+    mixture samplers need neither --dataset-size nor --batch-size), and none of the
+    other samplers' options."""
+    sampler_cli.refuse(parser, args)
+    required = {"dataset_size": "--dataset-size", "batch_size": "--batch-size"}
+    missing = [option for name, option in required.items() if getattr(args, name) is None]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
 
 
 def _check_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -522,11 +567,14 @@ def _shown(value: Any) -> str:
 
 
 def _observe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    _check_bounds(parser, args)
     if not 0 < args.timeout <= MAX_TIMEOUT:
         parser.error(
             f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {args.timeout}"
         )
+    if args.sampler in sampler_cli.KINDS:
+        return sampler_cli.observe(parser, args, LIMITS)
+    _check_case_options(parser, args)
+    _check_bounds(parser, args)
     case = _case(parser, args, world_size=1)  # the group gives the world size
     options = _loader_options(parser, args, case)
 

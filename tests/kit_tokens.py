@@ -18,6 +18,7 @@ import torch
 from samplers import (
     DistributedMixtureTokenBatchSampler,
     DistributedPackedBatchSampler,
+    DistributedPackedMixtureSampler,
     DistributedTokenBatchSampler,
     TokenCost,
 )
@@ -108,6 +109,38 @@ def _mixture(dataset: Any, num_replicas: int, rank: int, seed: int, tail: str) -
             cost=QUADRATIC,
             tail=tail,
         )
+
+
+def _packed_mixture(dataset: Any, num_replicas: int, rank: int, seed: int, tail: str) -> Any:
+    """The dataset cut into up to 3 sources, each weighted by its tokens, packed into
+    rows of 320 (the longest document fits: the items are the dataset's indices)."""
+    size = len(dataset)
+    sizes = [n for n in (size - 2 * (size // 3), size // 3, size // 3) if n]
+    lengths = lengths_of(dataset)
+    starts = [sum(sizes[:d]) for d in range(len(sizes))]
+    weights = [sum(lengths[s : s + n]) for s, n in zip(starts, sizes, strict=True)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return DistributedPackedMixtureSampler(
+            [range(n) for n in sizes],
+            weights,
+            lengths,
+            320,
+            2,
+            num_replicas,
+            rank,
+            seed=seed,
+            cost=SUMMED,
+            tail=tail,
+        )
+
+
+def packed_mixture_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _packed_mixture(dataset, num_replicas, rank, seed, "uneven")
+
+
+def packed_mixture_pad(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]
+    return _packed_mixture(dataset, num_replicas, rank, seed, "pad")
 
 
 def mixture_uneven(dataset, num_replicas, rank, seed):  # type: ignore[no-untyped-def]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from samplers import DistributedBatchSampler, DistributedSampler, DistributedSamplerWrapper
-from studies.answers import COLUMNS, NEEDED, answers
+from studies.answers import COLUMNS, LINKED, NEEDED, answers
 from studies.findings import (
     batch_of_one,
     build,
@@ -19,6 +20,8 @@ from studies.findings import (
     set_epoch,
 )
 from studies.report import chosen_modules
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,10 @@ def test_answers_cover_the_jobs_and_their_findings_are_always_built(built: dict)
     for job in ("evaluation", "training", "small datasets", "BatchNorm", "checkpointing"):
         assert job in jobs
     for because in table["because"]:
-        assert any(f"]({name}.md)" in because for name in NEEDED), because
+        linked = [name for name in (*NEEDED, *LINKED) if f"]({name}.md)" in because]
+        assert linked, because
+        if not set(linked) & set(NEEDED):  # a finding not always built: no number of its own
+            assert not re.search(r"[0-9]", because.replace(".md)", ")")), because
 
 
 def test_answers_carry_the_findings_numbers(built: dict) -> None:
@@ -132,3 +138,37 @@ def test_every_api_the_answers_name_exists(built: dict) -> None:
         "train_sampler",
     }
     assert keywords <= options, keywords - options
+
+
+def test_packed_rows_mixtures_and_ray_have_their_rows(built: dict) -> None:
+    import samplers
+
+    rows = answers(built).set_index("if you are doing")
+    expected = {
+        "training on packed rows (documents concatenated, no padding)": (
+            "token-costs",
+            ["DistributedPackedBatchSampler", "packed_collate"],
+        ),
+        "mixing datasets by weight": (
+            "mixtures",
+            [
+                "DistributedMixtureSampler",
+                "DistributedMixtureBatchSampler",
+                "DistributedMixtureTokenBatchSampler",
+                "DistributedPackedMixtureSampler",
+            ],
+        ),
+        "training with Ray Train": ("engines", []),
+    }
+    for job, (finding, names) in expected.items():
+        assert f"[{finding}]({finding}.md)" in rows.loc[job, "because"]
+        for name in names:
+            assert f"`{name}" in rows.loc[job, "use"] and hasattr(samplers, name), name
+    assert "set_weights" in rows.loc["mixing datasets by weight", "use"]
+    assert callable(samplers.DistributedMixtureSampler.set_weights)
+    ray = (ROOT / "samplers" / "integrations" / "ray.py").read_text()
+    for name in ("prepare_data_loader", "save_state", "load_state"):
+        assert f"`{name}" in rows.loc["training with Ray Train", "use"]
+        assert f"\ndef {name}(" in ray, name
+    for kind in ("packed", "mixture"):
+        assert f"dsampler explain --sampler {kind}`" in " ".join(rows["use"])

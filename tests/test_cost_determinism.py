@@ -6,7 +6,9 @@ with its own hash seed, which two odd ones cannot move."""
 
 from __future__ import annotations
 
+import platform
 import sys
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -92,3 +94,31 @@ def test_the_bytes_held_leave_out_names_the_type_cache_keeps() -> None:
     looked, plain = python_heap(_Sampler(name)), python_heap(_Sampler())
     assert looked.peak_to_first - plain.peak_to_first >= sys.getsizeof("".join(name))
     assert looked.held_at_first == plain.held_at_first
+
+
+#: The record's sizes counted again: every size up to a million (the larger ones take
+#: most of a measuring interpreter's time).
+SAMPLE = tuple(size for size in cost.DATASET_SIZES if size <= 10**6)
+
+
+@pytest.mark.timeout(600)
+def test_the_record_is_what_a_fresh_interpreter_counts() -> None:
+    """The cost finding renders studies/data/cost-memory.json: a fresh interpreter counts
+    the same bytes held and tensor bytes at a cheap sample of its sizes, and peaks within
+    :data:`PEAK_BYTES` (re-measure: python -m studies.findings.cost --record)."""
+    rows, recorded = cost.load()
+    assert {"CPU", "cores", "memory"} <= set(recorded["machine"])
+    assert recorded["versions"] == {"Python": platform.python_version(), "torch": version("torch")}
+    assert [(row["dataset size"], row["implementation"]) for row in rows] == [
+        (size, name) for size in cost.DATASET_SIZES for name in cost.IMPLEMENTATIONS
+    ]
+    counted = cost._fresh_rows(SAMPLE, 0)
+    sample = [row for row in rows if row["dataset size"] in SAMPLE]
+    assert len(counted) == len(sample) == 2 * len(SAMPLE)
+    for row, other in zip(counted, sample, strict=True):
+        exact = {key: value for key, value in row.items() if key not in PEAKS}
+        assert exact == {key: value for key, value in other.items() if key not in PEAKS}, (
+            cost.COMMAND
+        )
+        for key in PEAKS:
+            assert abs(row[key] - other[key]) <= PEAK_BYTES, (key, row, other)

@@ -756,13 +756,10 @@ def test_the_cost_prose_names_small_sizes_in_kib() -> None:
     assert cost._size(2**20 - 1) == "1,024.0 KiB"
 
 
-def test_the_cost_claim_holds_for_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cost_claim_holds_for_its_table() -> None:
     """The claim's conditions against the finding's own table (fewer, smaller sizes)."""
     sizes = (10, 1_000, 10**6, 2 * 10**6)  # past the chunk on rank 7 of 8
-    measure = cost.measure_in_fresh_process
-    monkeypatch.setattr(cost, "DATASET_SIZES", sizes)
-    monkeypatch.setattr(cost, "measure_in_fresh_process", lambda: measure(sizes))
-    finding = build(cost)
+    finding = cost.evidence(cost.measure_in_fresh_process(sizes))
     table = finding.tables[0].frame
     peak = table.pivot(
         index="dataset size", columns="implementation", values="heap peak to first index"

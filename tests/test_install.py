@@ -6,9 +6,9 @@ requirement belongs to an extra). It is installed into a fresh virtual environme
 its dependencies, and that environment is given the test environment's torch, and only
 the packages ``import torch`` loads, through a ``.pth`` file: there ``import samplers``
 runs a DataLoader identical to the stock sampler's and imports none of the study's
-libraries, ``dsampler --version`` prints the version and ``dsampler`` names the extra it
-needs. Marked ``install`` (it builds and installs: about a minute); deselect with
-``-m "not install"``.
+libraries, ``dsampler --version`` prints the version, ``dsampler --help`` its help, and a
+command names the extra it needs. Marked ``install`` (it builds and installs: about a
+minute); deselect with ``-m "not install"``.
 """
 
 from __future__ import annotations
@@ -139,10 +139,19 @@ def test_the_wheel_installs_and_runs_with_torch_alone(tmp_path: Path) -> None:
     dsampler = environment / "bin" / "dsampler"
     shown = subprocess.run([dsampler, "--version"], capture_output=True, text=True, env=ISOLATED)
     assert (shown.returncode, shown.stdout) == (0, "dsampler 0.1.0\n"), shown.stderr
-    command = subprocess.run([dsampler, "--help"], capture_output=True, text=True, env=ISOLATED)
+    helped = subprocess.run([dsampler, "--help"], capture_output=True, text=True, env=ISOLATED)
+    assert helped.returncode == 0, helped.stderr  # help always works
+    assert helped.stdout.startswith("usage: dsampler")
+    assert "install the study extra: pip install '/path/to/dsampler[study]'" in helped.stderr
+    command = subprocess.run(
+        [dsampler, "explain", "--dataset-size", "4", "--world-size", "2", "--batch-size", "2"],
+        capture_output=True,
+        text=True,
+        env=ISOLATED,
+    )
     assert command.returncode == 1
     assert "install the study extra" in command.stderr
-    assert "Traceback" not in command.stderr
+    assert "Traceback" not in command.stderr + helped.stderr
 
 
 def test_import_samplers_imports_no_study_library() -> None:

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import kit_samplers
+import kit_tokens
 import pytest
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
@@ -44,10 +45,20 @@ HOLDERS = {
     "second-iterator": kit_samplers.ours_uneven,
     "loader-epochs": kit_samplers.ours_auto_epoch,
     "bool-like-attributes": kit_samplers.ours_uneven,
+    "loop-state-with-workers": kit_samplers.ours_uneven,
+    "within-budget": kit_tokens.flops_uneven,
+}
+
+#: Deliberately wrong samplers not named after the guarantee they break.
+WRONG = {
+    "loop-state-with-workers": kit_samplers.per_rank_resume,
+    "within-budget": kit_tokens.wrapping_flops,
 }
 
 
 def _wrong(guarantee: str) -> kit.Factory:
+    if guarantee in WRONG:
+        return WRONG[guarantee]
     return getattr(kit_samplers, "wrong_" + guarantee.replace("-", "_"))
 
 
@@ -76,8 +87,10 @@ def test_the_guarantee_ids_are_the_issue_s() -> None:
             "loads-version-1-states",
             "state-read-concurrently",
             "second-iterator",
-            "loader-epochs",
             "bool-like-attributes",
+            "loader-epochs",
+            "loop-state-with-workers",
+            "within-budget",
         ]
     )
 
@@ -204,7 +217,11 @@ def test_the_stock_sampler_pads_and_has_no_resume() -> None:
 
 def test_the_plain_functions_work_in_a_user_s_own_test() -> None:
     config = kit.Configuration(dataset_size=10, world_size=4, batch_size=2, epoch=1, taken=3)
-    for function in kit.CHECKS.values():
+    for name, function in kit.CHECKS.items():
+        if name == "within-budget":  # an index sampler has no budget to keep
+            with pytest.raises(kit.Unsupported, match="no lengths"):
+                function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
+            continue
         function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
     kit.exactly_once(kit_samplers.ours_uneven, config)
     kit.resumes_other_world_size(kit_samplers.ours_batches_pad, config)

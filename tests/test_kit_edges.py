@@ -24,7 +24,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWa
 @pytest.mark.parametrize(
     "factory",
     [kit_samplers.ours_uneven, kit_samplers.ours_batches_pad, kit_tokens.quadratic_uneven],
-    ids=repr,
+    ids=lambda factory: factory.__name__,
 )
 def test_ours_give_the_loops_state_under_a_loader_with_workers(factory: Any) -> None:
     for configuration in (
@@ -73,7 +73,7 @@ def test_a_rounding_that_drops_a_small_weight_is_caught_smallest() -> None:
 @pytest.mark.parametrize(
     "factory",
     [kit_tokens.flops_uneven, kit_tokens.quadratic_uneven, kit_tokens.packed_uneven],
-    ids=repr,
+    ids=lambda factory: factory.__name__,
 )
 def test_ours_keep_every_batch_within_the_budget(factory: Any) -> None:
     assert kit.check_guarantee(factory, "within-budget").holds is True

@@ -15,7 +15,9 @@ from studies.cli import main
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("factory", [kit_samplers.endless, kit_samplers.blocking], ids=repr)
+@pytest.mark.parametrize(
+    "factory", [kit_samplers.endless, kit_samplers.blocking], ids=lambda f: f.__name__
+)
 def test_check_stops_a_probe_that_never_ends_or_blocks(factory: kit.Factory) -> None:
     began = time.monotonic()
     with pytest.raises(TypeError, match=r"factory (took longer than 2 s|returned a sampler)"):

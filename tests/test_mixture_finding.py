@@ -6,14 +6,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from studies.findings import mixture_record as mixture
 from studies.findings import mixtures
+from studies.findings import packed_mixture_words as packed_words
 from studies.mixtures import bench as mixture_bench
+from studies.mixtures import packed_tables as packed
+from studies.mixtures import packing
 from studies.mixtures import ways as mixture_ways
+from studies.mixtures.corpus import MAX_LENGTH
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,20 @@ def frame() -> pd.DataFrame:
     return mixtures.table()
 
 
-def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
+@pytest.fixture(scope="module")
+def packed_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    return packed.mixing_table(), packed.rows_table()
+
+
+def of(frame: pd.DataFrame, way: Any) -> pd.Series:
+    match = (frame[packed.WAY] == way.name) & (frame[packed.SETTING] == way.setting)
+    assert match.sum() == 1
+    return frame[match].iloc[0]
+
+
+def test_the_claim_holds_in_the_table(
+    frame: pd.DataFrame, packed_frames: tuple[pd.DataFrame, pd.DataFrame]
+) -> None:
     exact = mixtures.exact_rows(frame)
     # Ours holds all four on every world size; every other way fails one on each.
     assert set(frame.loc[exact, "sampler"]) == {mixture_ways.OURS}
@@ -37,6 +55,74 @@ def test_the_claim_holds_in_the_table(frame: pd.DataFrame) -> None:
         mixture_ways.TORCHDATA,
     }
     _first_index_holds_as_the_prose_states_it()
+    # Packed: ours with split="long" alone holds all five; the Megatron-style blend (both
+    # settings, the same rows) keeps the token shares closest at every prefix, within a
+    # row's tokens, and ours further off.
+    mixing, rows = packed_frames
+    held = packed_words.holding(mixing, rows)
+    ours = packing.WAYS[1]
+    assert list(zip(held[packed.WAY], held[packed.SETTING], strict=True)) == [
+        (ours.name, ours.setting)
+    ]
+    closest = mixing[mixing[packed.PREFIX] == mixing[packed.PREFIX].min()]
+    assert set(closest[packed.WAY]) == {packing.MegatronStyle.name}
+    assert (closest[packed.PREFIX] < MAX_LENGTH).all()
+    assert of(mixing, ours)[packed.PREFIX] > closest[packed.PREFIX].max()
+
+
+def test_the_packed_rows_as_the_prose_states_them(
+    packed_frames: tuple[pd.DataFrame, pd.DataFrame],
+) -> None:
+    mixing, rows = packed_frames
+    none, long, megatron, masked, short, hf = packing.WAYS
+    # Counted as handed out, ours repeats within a pass (a window's passes in its own
+    # order) and so does the Megatron-style blend; over the epoch neither goes beyond an
+    # even spread, and datasets + TRL's recommended setting does.
+    for way in (none, long, megatron):
+        assert of(mixing, way)[packed.REPEATED] > 0
+        assert of(mixing, way)[packed.SPREAD] == 0
+    assert of(mixing, hf)[packed.SPREAD] > 0
+    # Resume: ours loses and repeats nothing; the others that run past the resume do.
+    for way in (none, long):
+        assert of(mixing, way)[packed.LOST] == of(mixing, way)[packed.RESUME_REPEATED] == 0
+    for way in (megatron, hf):
+        assert of(mixing, way)[packed.LOST] + of(mixing, way)[packed.RESUME_REPEATED] > 0
+    # Reweight: ours adds no repeat but applies the weights from its next window.
+    assert of(mixing, long)[packed.REWEIGHT_SPREAD] == 0
+    assert of(mixing, megatron)[packed.REWEIGHT_SPREAD] > 0
+    assert of(mixing, long)[packed.REWEIGHT_PREFIX] > of(mixing, megatron)[packed.REWEIGHT_PREFIX]
+    # Rows: the two Megatron-style settings hold the same tokens; only the defaults
+    # attend across documents. Without split, ours makes rows longer than the context;
+    # TRL's default drops tokens and its first_exhausted mix stops early.
+    assert of(rows, megatron)[packed.CUT] == of(rows, masked)[packed.CUT] > 0
+    assert of(rows, megatron)[packed.MIXED] > 0 == of(rows, masked)[packed.MIXED]
+    assert of(rows, none)[packed.OVER] > 0 == of(rows, long)[packed.OVER]
+    assert of(rows, short)[packed.DROPPED] > 0
+    assert of(rows, short)["rows"] < packing.ours_rows()
+    # Each finer split fills rows at least as well, cuts more documents and spends less
+    # attention per token than whole documents.
+    splits = [of(rows, long)] + [of(rows, packing.Ours(k)) for k in packed.SPLITS]
+    cuts = [row[packed.CUT] for row in splits]
+    assert cuts == sorted(cuts)
+    assert all(row[packed.ATTENTION] < of(rows, none)[packed.ATTENTION] for row in splits)
+
+
+def test_the_stock_sampler_and_the_all_exhausted_mix_as_the_prose_states_them() -> None:
+    """ConcatDataset + the stock sampler follows the sources' sizes, never the weights;
+    the all_exhausted Dataset's mix is longer than an epoch, each rank reading the first
+    rows of its chunk."""
+    shares, weighted = mixtures.stock_shares()
+    sizes = [n / mixture_ways.LENGTH for n in mixture_ways.SIZES]
+    assert shares == pytest.approx(sizes)
+    assert shares != pytest.approx(weighted)
+    from datasets.distributed import split_dataset_by_node
+
+    mix = mixture_ways.hf_dataset_mix(mixture_ways.WEIGHTS, "all_exhausted")
+    assert len(mix) > mixture_ways.LENGTH
+    for world in mixtures.WORLD_SIZES:
+        for rank in range(world):
+            chunk = len(split_dataset_by_node(mix, rank, world))
+            assert chunk > len(range(rank, mixture_ways.LENGTH, world))
 
 
 def _first_index_holds_as_the_prose_states_it() -> None:

@@ -113,7 +113,7 @@ def test_observe_outside_torchrun_says_how_to_start_it(
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
     assert "the environment lacks RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT" in err
-    assert "torchrun --nproc-per-node N -m studies.cli observe" in err
+    assert "torchrun --nproc-per-node N --no-python dsampler observe" in err
     assert "Traceback" not in err
 
 

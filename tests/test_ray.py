@@ -36,7 +36,7 @@ import ray  # noqa: E402
 import ray.train  # noqa: E402
 import ray.train.torch  # noqa: E402
 
-from studies.engines import ray_resized, ray_runs  # noqa: E402
+from studies.engines import ray_record, ray_resized, ray_runs  # noqa: E402
 from studies.findings import engines  # noqa: E402
 
 # Ray Data's configuration warns of its own deprecated options when Ray Train imports it.
@@ -266,8 +266,8 @@ def ray_processes(since: float) -> list[str]:
 @pytest.fixture(scope="module")
 def observed() -> engines.Observed:
     started = time.time()
-    result = engines.observe()
-    deadline = time.time() + 30
+    result = ray_record.observe()
+    deadline = time.time() + 120  # a loaded machine takes a while to stop them
     while ray_processes(started) and time.time() < deadline:
         time.sleep(1)
     assert ray_processes(started) == []
@@ -277,29 +277,80 @@ def observed() -> engines.Observed:
 
 @pytest.mark.processes
 @pytest.mark.timeout(900)
-def test_our_samplers_through_the_integration_see_every_sample_once_reshuffled(
+def test_every_sampler_we_ship_sees_every_sample_once_reshuffled_in_a_torch_trainer(
     observed: engines.Observed,
 ) -> None:
+    """Through samplers.integrations.ray, and through Ray's own call that keeps the
+    sampler: each sampler of ours, every sample exactly once in every epoch."""
     table = engines.cases_table(observed.cases)
-    ours = table[table[engines.PREPARED] == engines.OURS]
-    assert len(ours) == 4
-    assert (ours[engines.EXACT] == engines.YES).all()
-    assert (ours[engines.RESHUFFLED] == engines.YES).all()
-    assert ours[engines.ITERATES].str.endswith("(ours)").all()
+    ours = [ray_runs.SAMPLERS[name] for name in ray_runs.OURS]
+    assert len(ours) == 9
+    for path in (engines.OURS, engines.KEPT, engines.UNMOVED):
+        rows = table[table[engines.PREPARED] == path]
+        assert list(rows[engines.SAMPLER]) == ours, path
+        assert (rows[engines.STARTED] == engines.YES).all(), path
+        assert (rows[engines.EXACT] == engines.YES).all(), path
+        assert (rows[engines.RESHUFFLED] == engines.YES).all(), path
+        assert rows[engines.ITERATES].str.endswith("(ours)").all(), path
+
+
+def _last_epoch(rank: ray_runs.Seen) -> tuple[list[Any], list[Any]]:
+    """The last epoch's batches before the restart (all of them), and after it."""
+    last = ray_runs.EPOCHS - 1
+    return [b for e, b in rank.before if e == last], [b for e, b in rank.after if e == last]
 
 
 @pytest.mark.processes
 @pytest.mark.timeout(900)
 def test_a_restart_from_a_ray_checkpoint_continues_exactly(observed: engines.Observed) -> None:
-    last, steps = ray_runs.EPOCHS - 1, ray_runs.CHECKPOINT_STEP
-    for case in ray_runs.CASES:
-        if not case.ours:
-            continue
+    """Every sampler we ship: the restart from the loader's state (ours), or from the
+    sampler's own state when Ray's call kept it and hands back the loader as it was
+    (move_to_device=False), continues exactly where the checkpoint was taken."""
+    steps = ray_runs.CHECKPOINT_STEP
+    continued = {"ours": "state", "ray-unmoved": "sampler state"}
+    cases = [case for case in ray_runs.CASES if case.path in continued]
+    assert {case.sampler for case in cases} == set(ray_runs.OURS)
+    for case in cases:
         for rank in observed.cases[case.name]:
-            whole = [b for e, b in rank.before if e == last]
-            resumed = [b for e, b in rank.after if e == last]
-            assert rank.restart == "state"
+            whole, resumed = _last_epoch(rank)
+            assert rank.restart == continued[case.path], case.name
+            assert len(whole) > steps, case.name
             assert whole[:steps] + resumed == whole, case.name
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_rays_call_that_keeps_the_sampler_but_moves_batches_loses_the_batch_fetched_ahead(
+    observed: engines.Observed,
+) -> None:
+    """add_dist_sampler=False alone: the sampler's state saved in the loop is one batch
+    ahead (Ray's loader fetched it), so the restart skips exactly that batch."""
+    steps = ray_runs.CHECKPOINT_STEP
+    cases = [case for case in ray_runs.CASES if case.path == "ray-kept"]
+    assert {case.sampler for case in cases} == set(ray_runs.OURS)
+    for case in cases:
+        for rank in observed.cases[case.name]:
+            whole, resumed = _last_epoch(rank)
+            assert rank.restart == "sampler state", case.name
+            assert whole[:steps] + resumed == whole[:steps] + whole[steps + 1 :], case.name
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(900)
+def test_the_record_is_what_the_torch_trainer_runs_observe(observed: engines.Observed) -> None:
+    """The engines finding renders studies/data/ray-runs.json: the runs, made again here,
+    observe exactly what it holds (re-measure: python -m studies.engines.ray_record)."""
+    recorded = ray_record.load()
+    machine, versions = ray_record.machine_and_versions()
+    assert {"CPU", "cores", "memory"} <= set(machine)
+    from importlib.metadata import version
+
+    assert versions["ray"] == version("ray") and versions["torch"] == version("torch"), (
+        f"the record was made with other versions: re-measure it with {ray_record.COMMAND}"
+    )
+    assert dict(observed.cases) == dict(recorded.cases), ray_record.COMMAND
+    assert tuple(observed.resized) == tuple(recorded.resized), ray_record.COMMAND
+    assert engines.evidence(observed).claim == engines.evidence(recorded).claim
 
 
 @pytest.mark.processes
@@ -322,12 +373,16 @@ def test_engines_claims_hold_in_a_torch_trainer(observed: engines.Observed) -> N
     resized = engines.resized_table(observed.resized)
     ray_path = table[table[engines.PREPARED] == engines.RAY].set_index(engines.SAMPLER)
     samplers = ray_runs.SAMPLERS
-    # Ray replaced our batch samplers and wrapper with a stock sampler of its own; the
-    # batch samplers' loaders failed at their first batch.
-    for name in ("batches", "tokens", "wrapper"):
+    # Ray replaced every sampler of ours but DistributedSampler with a stock sampler of its
+    # own; the loaders of the batch samplers failed at their first batch.
+    replaced = [name for name in ray_runs.OURS if name != "ours"]
+    for name in replaced:
         assert ray_path.loc[samplers[name], engines.ITERATES] == "torch DistributedSampler"
-    for name in ("batches", "tokens"):
-        assert ray_path.loc[samplers[name], engines.STARTED].startswith("no: ")
+    batch_samplers = ("batches", "tokens", "packed", "mixture-batches", "mixture-tokens")
+    for name in (*batch_samplers, "packed-mixture"):
+        assert ray_path.loc[samplers[name], engines.STARTED].startswith("no: "), name
+    for name in ("wrapper", "mixture"):
+        assert ray_path.loc[samplers[name], engines.STARTED] == engines.YES, name
     assert ray_path.loc[samplers["ours"], engines.ITERATES] == "DistributedSampler (ours)"
     # Every restart through Ray's path lost or repeated samples; ours' lost the batch
     # Ray's loader fetched ahead.
@@ -336,10 +391,20 @@ def test_engines_claims_hold_in_a_torch_trainer(observed: engines.Observed) -> N
     assert ray_path.loc[samplers["ours"], engines.RESTART_NEVER] > 0
     ours = table[table[engines.PREPARED] == engines.OURS]
     assert (ours[engines.RESTART_NEVER] == 0).all() and (ours[engines.RESTART_REPEATED] == 0).all()
+    # Ray's call that keeps the sampler: a batch lost on restart unless move_to_device=False.
+    kept = table[table[engines.PREPARED] == engines.KEPT]
+    unmoved = table[table[engines.PREPARED] == engines.UNMOVED]
+    assert (kept[engines.RESTART_NEVER] > 0).all() and (kept[engines.RESTART_REPEATED] == 0).all()
+    assert (unmoved[engines.RESTART_NEVER] == 0).all()
+    assert (unmoved[engines.RESTART_REPEATED] == 0).all()
     evidence = engines.evidence(observed)
     assert evidence.claim == engines.claim(table, resized)
-    assert "replaced 3 of the 4 samplers of ours" in evidence.claim
-    assert "in all 4 loaders" in evidence.claim and "in all 3 epochs" in evidence.claim
+    count = len(ray_runs.OURS)
+    assert f"replaced {count - 1} of the {count} samplers of ours" in evidence.claim
+    assert f"kept all {count} samplers of ours" in evidence.claim
+    assert f"lost samples in all {count} loaders" in evidence.claim
+    assert f"continued exactly in all {count} loaders" in evidence.claim
+    assert "in all 3 epochs" in evidence.claim
 
 
 @pytest.mark.processes
@@ -358,7 +423,7 @@ def test_elastic_training_that_loses_a_node_sees_every_sample_exactly_once(
     assert list(table[engines.WORLD]) == [str(first), f"{first} then {second}", str(second)]
     assert (table[engines.EPOCH_NEVER] == 0).all()
     assert (table[engines.EPOCH_REPEATED] == 0).all()
-    deadline = time.time() + 30
+    deadline = time.time() + 120  # a loaded machine takes a while to stop them
     while ray_processes(started) and time.time() < deadline:
         time.sleep(1)
     assert ray_processes(started) == []

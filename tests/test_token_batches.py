@@ -197,3 +197,20 @@ def test_the_epoch_against_the_stock_sampler_is_computed_from_the_record() -> No
     some = token_batches._epoch_against_stock(record({10: (1.0, 2.0), 100: (5.0, 4.0)}))
     assert some.endswith("0.50 at 10 and 1.25 at 100 samples (shorter at 1 of 2 sizes).")
     assert token_batches._epoch_against_stock(record({})) == ""
+
+
+def test_the_length_grouped_row_is_labelled_by_what_the_trainer_calls(finding) -> None:
+    """transformers' Trainer (as installed) builds LengthGroupedSampler for
+    group_by_length and never DistributedLengthGroupedSampler: the row says it is called
+    directly, and the prose says what the Trainer does instead, read from its source."""
+    import inspect
+
+    from transformers import Trainer
+
+    source = inspect.getsource(Trainer)
+    assert "DistributedLengthGroupedSampler(" not in source
+    assert "LengthGroupedSampler(" in source
+    assert "called directly (not the Trainer's group_by_length path)" in NAMES["length-grouped"]
+    version = importlib.metadata.version("transformers")
+    assert f"transformers {version}'s Trainer never calls it" in finding.prose
+    assert token_batches.trainer_path() in finding.prose

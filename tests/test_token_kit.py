@@ -36,7 +36,7 @@ CONFIGURATIONS = (
 
 # Fewer samples than ranks: the documented warning that the last ranks get a batch fewer.
 @pytest.mark.filterwarnings("ignore:.*tail='uneven'. gives ranks:UserWarning")
-@pytest.mark.parametrize("guarantee", UNEVEN)
+@pytest.mark.parametrize("guarantee", (*UNEVEN, "within-budget"))
 @pytest.mark.parametrize("name", FACTORIES)
 def test_uneven_gives_every_sample_once_and_resumes_anywhere(name: str, guarantee: str) -> None:
     factory = getattr(kit_tokens, f"{name}_uneven")
@@ -52,15 +52,18 @@ def test_pad_gives_equal_steps_and_resumes(name: str, guarantee: str) -> None:
         CHECKS[guarantee](factory, configuration)
 
 
-# The token mixture needs a sample per source (no empty dataset): every size from 1.
+# The token and packed mixtures need a sample per source (no empty dataset): every size
+# from 1.
 @pytest.mark.filterwarnings("ignore:.*tail='uneven'. gives ranks:UserWarning")
-@pytest.mark.parametrize("guarantee", UNEVEN)
-def test_the_token_mixture_weighted_by_tokens_gives_every_sample_once(guarantee: str) -> None:
+@pytest.mark.parametrize("guarantee", (*UNEVEN, "within-budget"))
+@pytest.mark.parametrize("name", ["mixture", "packed_mixture"])
+def test_the_mixtures_weighted_by_tokens_give_every_sample_once(name: str, guarantee: str) -> None:
     for configuration in CONFIGURATIONS[1:]:
-        CHECKS[guarantee](kit_tokens.mixture_uneven, configuration)
+        CHECKS[guarantee](getattr(kit_tokens, f"{name}_uneven"), configuration)
 
 
 @pytest.mark.parametrize("guarantee", PAD)
-def test_the_token_mixture_gives_equal_steps_and_resumes(guarantee: str) -> None:
+@pytest.mark.parametrize("name", ["mixture", "packed_mixture"])
+def test_the_mixtures_give_equal_steps_and_resume(name: str, guarantee: str) -> None:
     for configuration in CONFIGURATIONS[1:]:
-        CHECKS[guarantee](kit_tokens.mixture_pad, configuration)
+        CHECKS[guarantee](getattr(kit_tokens, f"{name}_pad"), configuration)

@@ -126,3 +126,49 @@ def test_a_version_1_state_with_a_mistyped_last_epoch_is_refused() -> None:
     sampler = build(case, 2, 0)
     with pytest.raises(ValueError, match="'last_epoch' must be an integer or null, got '2'"):
         sampler.load_state_dict({**case["state"], "last_epoch": "2"})
+
+
+@pytest.mark.parametrize("batch_size", [None, 1])
+def test_a_version_1_state_of_an_empty_share_that_took_nothing_is_the_epochs_start(
+    batch_size: int | None,
+) -> None:
+    """1 sample on 2 ranks with the tail dropped: rank 0's share is empty. Its version 1
+    state before any step (``last_epoch`` not this epoch) is the epoch's start, as the
+    version 2 state at that step says, so a resume on 1 rank yields the sample; with
+    ``last_epoch`` equal to its epoch it is the epoch's end, and yields nothing."""
+    state = {
+        "version": 1,
+        "sampler": "DistributedSampler" if batch_size is None else "DistributedBatchSampler",
+        "epoch": 0,
+        "last_epoch": None,
+        "seed": 0,
+        "shuffle": True,
+        "permutation": "randperm",
+        "tail": "drop",
+        "dataset_length": 1,
+        "world_size": 2,
+        "rank": 0,
+        "batch_size": batch_size,
+        "start": 0,
+        "stop": 0,
+        "taken": 0,
+    }
+
+    def resumed(saved: dict[str, Any]) -> list[Any]:
+        if batch_size is None:
+            sampler: Any = samplers.DistributedSampler(
+                range(1), num_replicas=1, rank=0, seed=0, tail="drop"
+            )
+        else:
+            sampler = samplers.DistributedBatchSampler(
+                range(1), batch_size, num_replicas=1, rank=0, seed=0, tail="drop"
+            )
+        sampler.load_state_dict(saved)
+        return list(sampler)
+
+    with pytest.warns(samplers.SamplerWarning, match="gives every rank 0 samples"):
+        current = samplers.DistributedSampler(range(1), 2, 0, seed=0, tail="drop")
+    assert current.state_dict()["finished"] is False  # version 2 at the same step
+    assert flat(resumed(state)) == [0]
+    with pytest.warns(samplers.SamplerWarning, match="which is finished"):
+        assert resumed({**state, "last_epoch": 0}) == []

@@ -400,3 +400,12 @@ def test_mixture_batch_samplers_refuse_the_same_limits() -> None:
     with pytest.raises(ValueError, match="past 2\\*\\*63 - 1"):
         sampler.set_epoch(2**62)
     assert operator.index(sampler.epoch) == 0
+
+
+def test_a_budget_no_batch_can_reach_is_no_limit_under_every_cost() -> None:
+    """A budget of 2**62 or more passes only where no batch can cost that much; the
+    over-budget check then reads costs capped below the limit (it overflowed)."""
+    quadratic = TokenCost("padded", quadratic=4)
+    sampler = DistributedTokenBatchSampler([8, 1, 8, 6], 2**62, 1, 0, cost=quadratic)
+    (batch,) = list(sampler)  # every sample fits: the one window is one batch
+    assert sorted(batch) == [0, 1, 2, 3]

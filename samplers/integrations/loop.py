@@ -10,6 +10,7 @@ received from the current iteration and turns the count into the sampler's state
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from torch.utils.data import DataLoader
@@ -28,6 +29,7 @@ __all__ = [
     "StandIn",
     "TrackedDataLoader",
     "framework",
+    "install_command",
     "our_sampler",
 ]
 
@@ -44,11 +46,24 @@ _T = TypeVar("_T")
 
 
 def framework(module: str, extra: str) -> ImportError:
-    """The error for a missing framework: what to install."""
+    """The error for a missing framework: what to install, as a command that works where
+    dsampler came from (it is installed from a clone, not from a package index)."""
     return ImportError(
-        f"{module} is not installed; install it with the '{extra}' extra: "
-        f"pip install 'dsampler[{extra}]'"
+        f"{module} is not installed; install it with the '{extra}' extra: {install_command(extra)}"
     )
+
+
+def install_command(extra: str) -> str:
+    """The pip command that adds ``extra`` to this installation: from the clone this
+    package runs from (an editable install), ``pip install -e '.[extra]'`` there or the
+    clone's path from anywhere; otherwise the path of the clone it was installed from."""
+    clone = Path(__file__).resolve().parents[2]
+    if (clone / "pyproject.toml").is_file():
+        return (
+            f"pip install -e '.[{extra}]' in the clone, or pip install -e '{clone}[{extra}]' "
+            "from anywhere"
+        )
+    return f"pip install '/path/to/dsampler[{extra}]' (the clone dsampler was installed from)"
 
 
 def our_sampler(loader: Any) -> tuple[Any, int]:

@@ -44,7 +44,23 @@ def _loader_class() -> Any:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError:
         return DataLoader
-    return StatefulDataLoader
+    return _QuietStatefulDataLoader(StatefulDataLoader)
+
+
+class _QuietStatefulDataLoader:
+    """Builds torchdata's loader without the warning its constructor raises on torch
+    2.13 (its own call of the deprecated ``torch.set_vital``), which says nothing about the
+    sampler under check."""
+
+    __name__ = "StatefulDataLoader"
+
+    def __init__(self, kind: Any) -> None:
+        self.kind = kind
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "'set_vital' is deprecated", UserWarning)
+            return self.kind(*args, **kwargs)
 
 
 def _loader(sampler: Any, configuration: Configuration, batched: bool) -> Any:
@@ -54,6 +70,16 @@ def _loader(sampler: Any, configuration: Configuration, batched: bool) -> Any:
     if batched:
         return kind(data, batch_sampler=sampler, **options)
     return kind(data, batch_size=configuration.batch_size, sampler=sampler, **options)
+
+
+def _shut_down(loader: Any) -> None:
+    """Stop the worker processes of ``loader``'s iterator now, not when the garbage
+    collector or the interpreter's exit gets to it (a worker stopped at exit can abort and
+    print to stderr)."""
+    iterator = getattr(loader, "_iterator", loader)
+    stop = getattr(iterator, "_shutdown_workers", None)
+    if callable(stop):
+        stop()
 
 
 def _pass(loader: Any) -> list[list[int]]:
@@ -118,6 +144,7 @@ def loader_epochs(factory: Factory, configuration: Configuration) -> None:
         run(sampler, loader, epoch + 1)
         state = _loader_state(loader, sampler)
         expected = run(sampler, loader, epoch + 2)
+        _shut_down(loader)
         resumed, resumed_loader = fresh()
         _load_loader(resumed_loader, resumed, state)
         if mode == "set_epoch":
@@ -125,6 +152,7 @@ def loader_epochs(factory: Factory, configuration: Configuration) -> None:
             got += run(resumed, resumed_loader, epoch + 2)
         else:
             got = _pass(resumed_loader)
+        _shut_down(resumed_loader)
         if got != expected:
             raise Failure(
                 0,
@@ -173,14 +201,17 @@ def loop_state_with_workers(factory: Factory, configuration: Configuration) -> N
         else kind(data, batch_size=size, sampler=sampler, **options)
     )
     iterator = iter(loader)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(steps):
-            next(iterator)
-        try:
-            states = [copy.deepcopy(sampler.state_dict())]
-        except (ValueError, TypeError, RuntimeError):
-            return  # refused, saying why: allowed
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(steps):
+                next(iterator)
+            try:
+                states = [copy.deepcopy(sampler.state_dict())]
+            except (ValueError, TypeError, RuntimeError):
+                return  # refused, saying why: allowed
+    finally:
+        _shut_down(iterator)
     del iterator
     for rank, sampler in enumerate(_ranks(factory, configuration, world)):
         load(sampler, states[0])

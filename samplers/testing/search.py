@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import subprocess
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,9 @@ class Result:
     experience: str = ""
     #: How many configurations the search tried.
     examples: int = field(default=0, compare=False)
+    #: When violated, the configuration found (the fields of :class:`Configuration`): pass
+    #: it in ``first`` to a later search to try it before any other.
+    configuration: dict[str, Any] | None = field(default=None, compare=False)
 
 
 def _strategy() -> Any:
@@ -211,6 +214,8 @@ def check_guarantee(
     thorough: bool = False,
     time_limit: float | None = None,
     fresh: Mapping[str, Any] | None = None,
+    first: Sequence[Configuration] = (),
+    examples: int | None = None,
 ) -> Result:
     """Search configurations for a violation of ``guarantee`` (an id of ``GUARANTEES``)
     and return the smallest one hypothesis shrinks to, or that it held (or does not apply).
@@ -219,10 +224,17 @@ def check_guarantee(
     search stops with :class:`TimedOut`. ``fresh``: what fresh processes yielded, by
     factory reference (:func:`~samplers.testing.factories.fresh_outputs`), for the
     ``deterministic`` guarantee; a factory missing from it gets a fresh process of its own.
-    The sampler's own warnings are silenced while the search runs: they are not judged.
+    ``first``: configurations tried before hypothesis generates any (known counterexamples,
+    say, from :attr:`Result.configuration`), in order; the first that violates the
+    guarantee is made smaller as a found one is, and hypothesis does not run. ``examples``:
+    at most this many configurations hypothesis generates (default: :data:`EXAMPLES` of
+    ``thorough``, or the guarantee's own smaller count). The sampler's own warnings are
+    silenced while the search runs: they are not judged.
     """
     if guarantee not in CHECKS:
         raise ValueError(f"guarantee must be one of {list(CHECKS)}, got {guarantee!r}")
+    if examples is not None and examples < 1:
+        raise ValueError(f"examples must be at least 1, got {examples}")
     from hypothesis import HealthCheck, Phase, Verbosity, find, settings
     from hypothesis.errors import Flaky, NoSuchExample
 
@@ -250,45 +262,54 @@ def check_guarantee(
             seen.violating = configuration
         return violated
 
-    options = settings(
-        max_examples=min(
-            EXAMPLES[thorough], REGISTRY[guarantee].max_examples or EXAMPLES[thorough]
-        ),
-        derandomize=not thorough,
-        database=None,
-        deadline=None,
-        verbosity=Verbosity.quiet,
-        phases=(Phase.generate, Phase.shrink),
-        suppress_health_check=list(HealthCheck),
-    )
-    try:
-        found: Configuration | None = _minimised(
-            find(_strategy(), violates, settings=options), violates
+    found = next((known for known in first if violates(known)), None)
+    if found is not None:
+        found = _minimised(found, violates)
+    else:
+        own = REGISTRY[guarantee].max_examples or EXAMPLES[thorough]
+        options = settings(
+            max_examples=examples if examples is not None else min(EXAMPLES[thorough], own),
+            derandomize=not thorough,
+            database=None,
+            deadline=None,
+            verbosity=Verbosity.quiet,
+            phases=(Phase.generate, Phase.shrink),
+            suppress_health_check=list(HealthCheck),
         )
-    except NoSuchExample:
-        found = None
-    except Flaky:
-        # A violation that did not repeat when hypothesis ran it again (a race, say): a
-        # violation all the same, reported with the smallest configuration that showed it.
-        found = seen.violating
-    examples = seen.tried
+        try:
+            found = _minimised(find(_strategy(), violates, settings=options), violates)
+        except NoSuchExample:
+            found = None
+        except Flaky:
+            # A violation that did not repeat when hypothesis ran it again (a race, say): a
+            # violation all the same, reported with the smallest configuration that showed it.
+            found = seen.violating
     if found is None:
         return _held(factory, guarantee, seen, fresh, time_limit)
     try:
-        violation = _violation(guarantee, factory, found, time_limit)
+        with warnings.catch_warnings():  # run again, as quietly as the search ran it
+            warnings.simplefilter("ignore")
+            violation = _violation(guarantee, factory, found, time_limit)
     except Violation as raised:
         violation = raised
     except (Unsupported, Rejected):
         violation = None
     if violation is None:  # a flaky sampler: the shrunk example passed when run again
-        return Result(guarantee, False, asdict(found), "violated, but not reproducibly")
+        return Result(
+            guarantee,
+            False,
+            asdict(found),
+            "violated, but not reproducibly",
+            configuration=asdict(found),
+        )
     return Result(
         guarantee,
         False,
         _counterexample(found, violation),
         str(violation),
         violation.experience,
-        examples,
+        seen.tried,
+        asdict(found),
     )
 
 
@@ -313,13 +334,16 @@ def _held(
     seconds: float | None,
 ) -> Result:
     if seen.unsupported:
-        return Result(guarantee, None, None, f"not supported: {seen.unsupported}")
+        return Result(
+            guarantee, None, None, f"not supported: {seen.unsupported}", examples=seen.tried
+        )
     if seen.rejected == seen.tried:
         return Result(
             guarantee,
             None,
             None,
             f"not supported: the sampler raised for every configuration ({seen.rejection})",
+            examples=seen.tried,
         )
     if guarantee == "deterministic":
         return _fresh_process(factory, seen.tried, fresh, seconds)
@@ -356,7 +380,8 @@ def _fresh_process(
     # and here), each within the search's limit.
     total = None if seconds is None else 60.0 + 2 * seconds * len(FRESH_PROCESS_CONFIGURATIONS)
     try:
-        with within(total):
+        with within(total), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # not judged, as in the search
             deterministic_across_processes(
                 name,
                 FRESH_PROCESS_CONFIGURATIONS,
@@ -375,6 +400,7 @@ def _fresh_process(
             str(violation),
             violation.experience,
             examples,
+            asdict(configuration),
         )
     except (RuntimeError, subprocess.TimeoutExpired, Rejected) as error:
         return Result(

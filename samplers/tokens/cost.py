@@ -293,7 +293,8 @@ def warn_costly(lengths: torch.Tensor, max_tokens: int, model: TokenCost) -> Non
     forms a batch of its own), naming the costliest."""
     if lengths.numel() == 0:
         return
-    budget = model.budget(max_tokens)
+    # A budget past the limit was let through only where no batch can reach it.
+    budget = min(model.budget(max_tokens), BUDGET_LIMIT - 1)
     costs = model.capped_costs(lengths, budget)
     over = costs > budget
     count = int(torch.count_nonzero(over))

@@ -40,6 +40,8 @@ __all__ = ["PieceDataset", "Pieces", "Split", "piece_length_of"]
 
 #: What ``split=`` takes: ``None``, ``"long"`` or a piece length.
 Split = str | int | None
+#: Documents placed at a time when cutting.
+_CHUNK = 1 << 20
 
 
 def piece_length_of(split: Any, max_length: int) -> int | None:
@@ -80,38 +82,47 @@ class Pieces:
     count: torch.Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        lengths = self.document_lengths.to(torch.int64)
+        given = self.document_lengths
         size = self.piece_length
-        if size is None:
-            cut = torch.zeros(0, dtype=torch.int64)
-        else:
-            cut = torch.nonzero(lengths > size).squeeze(1)
+        empty = torch.zeros(0, dtype=torch.int64)
+        cut = empty if size is None else torch.nonzero(given > size).squeeze(1)
         if size is None or cut.numel() == 0:
-            object.__setattr__(self, "lengths", self.document_lengths)
+            object.__setattr__(self, "lengths", given)
             for name in ("cut", "first", "count"):
-                object.__setattr__(self, name, torch.zeros(0, dtype=torch.int64))
+                object.__setattr__(self, name, empty)
             return
-        count = (lengths.index_select(0, cut) + size - 1) // size
+        cut_lengths = given.index_select(0, cut).to(torch.int64)
+        count = (cut_lengths + size - 1) // size
         extra = count - 1
         before = torch.cumsum(extra, 0) - extra  # extra pieces of the cut documents before
         first = cut + before
         object.__setattr__(self, "cut", cut)
         object.__setattr__(self, "first", first)
         object.__setattr__(self, "count", count)
-        total = lengths.numel() + int(extra.sum())
-        pieces = torch.empty(total, dtype=self.document_lengths.dtype)
-        whole = torch.ones(lengths.numel(), dtype=torch.bool)
+        pieces = torch.empty(given.numel() + int(extra.sum()), dtype=given.dtype)
+        # A document that is not cut is one piece, moved up by the extra pieces of the cut
+        # documents before it; a chunk of documents at a time (nothing of their number
+        # in int64 at once).
+        shifts = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(extra, 0)])
+        whole = torch.ones(given.numel(), dtype=torch.bool)
         whole[cut] = False
-        uncut = torch.nonzero(whole).squeeze(1)
-        # An uncut document d is piece d plus the extra pieces of the cut ones before it.
-        shift = torch.searchsorted(cut, uncut)
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(extra, 0)])
-        pieces[uncut + offsets.index_select(0, shift)] = self.document_lengths[uncut]
-        owner = torch.repeat_interleave(torch.arange(cut.numel()), count)
-        within = torch.arange(owner.numel()) - (torch.cumsum(count, 0) - count)[owner]
-        starts = within * size
-        ends = torch.minimum(starts + size, lengths.index_select(0, cut)[owner])
-        pieces[first[owner] + within] = (ends - starts).to(pieces.dtype)
+        for lo in range(0, given.numel(), _CHUNK):
+            hi = min(lo + _CHUNK, given.numel())
+            documents = torch.nonzero(whole[lo:hi]).squeeze(1) + lo
+            moved = documents + shifts.index_select(0, torch.searchsorted(cut, documents))
+            pieces[moved] = given.index_select(0, documents)
+        # The cut documents' pieces: all of size ``size`` but each document's last, which
+        # holds the rest; a chunk of cut documents at a time.
+        for lo in range(0, cut.numel(), _CHUNK // 16):
+            hi = min(lo + _CHUNK // 16, cut.numel())
+            chunk_count = count[lo:hi]
+            owner = torch.repeat_interleave(torch.arange(hi - lo), chunk_count)
+            within = (
+                torch.arange(owner.numel()) - (torch.cumsum(chunk_count, 0) - chunk_count)[owner]
+            )
+            pieces[first[lo:hi][owner] + within] = size
+            last = first[lo:hi] + chunk_count - 1
+            pieces[last] = (cut_lengths[lo:hi] - (chunk_count - 1) * size).to(pieces.dtype)
         object.__setattr__(self, "lengths", pieces)
 
     @classmethod

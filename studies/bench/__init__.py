@@ -6,5 +6,7 @@ measurement in a fresh process), :mod:`~studies.bench.grid` (all of them, side b
 :mod:`~studies.bench.record` (the recorded run the speed finding renders) and
 :mod:`~studies.bench.cli` (the subcommand). The token and mixture benchmarks
 (:mod:`studies.tokens.bench`, :mod:`studies.mixtures.bench`) measure in fresh processes
-with its :func:`~studies.bench.probe.in_fresh_interpreter` and record its machine facts.
+with its :func:`~studies.bench.probe.in_fresh_interpreter` and record its machine facts,
+as does :mod:`~studies.bench.packed` (the packed sampler and the packed mixture against
+the token sampler, ``python -m studies.bench.packed --record``).
 """

@@ -23,6 +23,7 @@ import pandas as pd
 
 from studies.bench.probe import Probe, measure
 from studies.bench.variants import SEED, VARIANTS, estimated_bytes
+from studies.common.records import cpu_model
 
 __all__ = [
     "COLUMNS",
@@ -127,7 +128,7 @@ def machine_facts() -> dict[str, str]:
     import torch
 
     facts = {
-        "CPU": _cpu_model(),
+        "CPU": cpu_model(),
         "cores": str(os.cpu_count()),
         "memory": f"{gigabytes(psutil.virtual_memory().total)} GB",
         "Python": platform.python_version(),
@@ -137,18 +138,6 @@ def machine_facts() -> dict[str, str]:
         one, five, fifteen = os.getloadavg()
         facts["load average (1, 5, 15 min)"] = f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
     return facts
-
-
-def _cpu_model() -> str:
-    """The processor's model name (Linux: /proc/cpuinfo), else what the platform says."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def run_grid(

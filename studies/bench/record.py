@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from studies.bench.grid import COLUMNS, Grid
+from studies.common.records import write_whole
 
 __all__ = [
     "GRID",
@@ -101,15 +101,7 @@ def save(text: str, path: Path = RECORD) -> None:
     path = Path(path)
     if path.exists() and not is_record(path):
         raise RecordError(f"{path} exists and is not a recorded bench run: not replaced")
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    finally:
-        if os.path.exists(name):
-            os.unlink(name)
+    write_whole(path, text)
 
 
 def load(path: Path = RECORD) -> Recorded:

@@ -4,7 +4,9 @@ The sampler (``samplers``) needs torch alone. The ``dsampler`` command and the s
 need the ``study`` extra; ``dsampler report`` also needs the ``peers`` extra, whose
 samplers the guarantee matrix checks. :func:`require` checks, before any work starts,
 that every module of the given extras imports, and raises :class:`MissingExtra` naming
-the missing modules, the extras that provide them and the command that installs them.
+the missing modules, the extras that provide them and the command that installs them
+(:func:`install_command`: dsampler is installed from a clone, not from a package index,
+so the command is ``pip install -e '.[study]'`` in the clone, or the clone's path).
 
 Guarantee: :func:`missing` only looks modules up (``importlib.util.find_spec``); it
 imports none of them, so checking is quick and has no side effects.
@@ -13,8 +15,9 @@ imports none of them, so checking is quick and has no side effects.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
-__all__ = ["EXTRAS", "MissingExtra", "missing", "require"]
+__all__ = ["EXTRAS", "MissingExtra", "clone", "install_command", "missing", "require"]
 
 #: Top-level modules each extra of ``pyproject.toml`` provides, as imported.
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -28,8 +31,30 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "ray",
         "lhotse",
         "datasets",
+        "trl",
     ),
 }
+
+
+def clone() -> Path | None:
+    """The clone these modules run from (an editable install, or the source tree), or
+    None when they were installed elsewhere."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def install_command(extras: list[str]) -> str:
+    """The pip command that installs ``extras`` where dsampler came from: in the clone,
+    ``pip install -e '.[extras]'``, or the clone's path from anywhere; installed
+    elsewhere, the path of its clone."""
+    wanted = ",".join(extras)
+    root = clone()
+    if root is None:
+        return f"pip install '/path/to/dsampler[{wanted}]' (the clone dsampler was installed from)"
+    return (
+        f"pip install -e '.[{wanted}]' in the clone, or pip install -e '{root}[{wanted}]' "
+        "from anywhere"
+    )
 
 
 class MissingExtra(ModuleNotFoundError):
@@ -37,12 +62,10 @@ class MissingExtra(ModuleNotFoundError):
 
     def __init__(self, modules: list[str], extras: list[str]) -> None:
         names = ", ".join(modules)
-        wanted = ",".join(extras)
         super().__init__(
             f"{names} {'is' if len(modules) == 1 else 'are'} not installed: install the "
-            f"{' and '.join(extras)} extra{'s' if len(extras) > 1 else ''}, e.g. pip install "
-            f"-c constraints.txt -e '.[{wanted}]' from a checkout (or pip install "
-            f"'dsampler[{wanted}]')"
+            f"{' and '.join(extras)} extra{'s' if len(extras) > 1 else ''}: "
+            f"{install_command(extras)}"
         )
         self.modules = modules
         self.extras = extras

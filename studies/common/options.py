@@ -12,21 +12,45 @@ Guarantees:
   "required" errors), in the usage of the command it was given to, and names the
   closest known option ("did you mean --drop-last?"), as it does for a misspelt command.
 
-Neither imports anything beyond the standard library, so ``dsampler --help`` and every
-argument error are answered before torch or the studies are imported.
+* The option types of the token, packed and mixture samplers (:func:`size_list`,
+  :func:`weight_list`, :func:`cost_label`, :func:`lengths_spec`, :func:`split_value`)
+  read exactly what their help says and refuse anything else with an ``argparse`` error
+  naming the text and what is expected; :func:`read_lengths` reads a file of lengths and
+  refuses a missing, unreadable or too large file, or a value that is not a length,
+  naming the file and the value.
+
+None of them imports anything beyond the standard library, so ``dsampler --help`` and
+every argument error are answered before torch or the studies are imported.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["MAX_SIZE_DIGITS", "Parser", "closest", "size"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "MAX_LENGTH_FILE_BYTES",
+    "MAX_SIZE_DIGITS",
+    "LengthsSpec",
+    "Parser",
+    "closest",
+    "cost_label",
+    "lengths_spec",
+    "read_lengths",
+    "size",
+    "size_list",
+    "split_value",
+    "weight_list",
+]
 
 #: A size has at most this many digits (10**64): a size, not a number to spend minutes on.
 MAX_SIZE_DIGITS = 65
@@ -55,6 +79,181 @@ def size(text: str) -> int:
     if number != number.to_integral_value():
         raise invalid(f"{number.normalize():f} is not a whole number")
     return int(number)
+
+
+#: At most this many values in a list option (``--source-sizes``, ``--weights``).
+MAX_LIST = 64
+#: The distributions ``--lengths`` draws from, with the parameters each takes.
+DISTRIBUTIONS = {"uniform": "LO:HI", "lognormal": "MEDIAN:SIGMA"}
+#: A file of lengths is read whole: at most this many bytes.
+MAX_LENGTH_FILE_BYTES = 64 * 2**20
+#: The longest length a sample may have (the samplers count tokens in int64).
+MAX_LENGTH = 2**62
+
+
+def size_list(text: str) -> tuple[int, ...]:
+    """Comma-separated sizes (each as :func:`size` reads it), at least one, at most
+    :data:`MAX_LIST`: ``600,400`` or ``1e3,500``."""
+    values = tuple(size(part) for part in text.split(","))
+    if len(values) > MAX_LIST:
+        raise argparse.ArgumentTypeError(
+            f"invalid list {text!r}: {len(values)} values, at most {MAX_LIST}"
+        )
+    return values
+
+
+def weight_list(text: str) -> tuple[float, ...]:
+    """Comma-separated weights: finite numbers of at least 0, not all 0 (``0.7,0.3``)."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid weights {text!r}: {part!r} is not a number; give numbers such as "
+                "0.7,0.3 (only their ratios matter)"
+            ) from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(
+                f"invalid weights {text!r}: {part!r} is not a finite number of at least 0"
+            )
+        values.append(value)
+    if not any(values):
+        raise argparse.ArgumentTypeError(f"invalid weights {text!r}: all are 0")
+    if len(values) > MAX_LIST:
+        raise argparse.ArgumentTypeError(
+            f"invalid weights {text!r}: {len(values)} values, at most {MAX_LIST}"
+        )
+    return tuple(values)
+
+
+_COST = re.compile(r"^(?P<kind>padded|sum)(?:, ?quadratic=(?P<q>[0-9]+))?$")
+
+
+def cost_label(text: str) -> str:
+    """A token cost model as its label: ``padded``, ``sum``, or either with
+    ``,quadratic=Q`` (``Q`` a whole number of at least 1), e.g. ``padded,quadratic=32``;
+    returned as :attr:`samplers.TokenCost.label` writes it (``padded, quadratic=32``)."""
+    found = _COST.match(text.strip())
+    if not found or (found["q"] is not None and int(found["q"]) < 1):
+        raise argparse.ArgumentTypeError(
+            f"invalid cost {text!r}: give padded or sum, optionally with ,quadratic=Q for a "
+            "whole Q of at least 1 (e.g. padded,quadratic=32)"
+        )
+    if found["q"] is None:
+        return found["kind"]
+    return f"{found['kind']}, quadratic={int(found['q'])}"
+
+
+def split_value(text: str) -> str | int:
+    """``long`` or a piece length (a size of at least 1): how the packed samplers cut
+    documents (``split=``)."""
+    if text == "long":
+        return text
+    try:
+        value = size(text)
+    except argparse.ArgumentTypeError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"invalid split {text!r}: give long or a piece length of at least 1"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class LengthsSpec:
+    """What ``--lengths`` says: ``values`` given (a list or a file's), or a distribution
+    (``kind`` one of :data:`DISTRIBUTIONS`) with its two parameters."""
+
+    text: str
+    kind: str  # "values", "file" or a distribution's name
+    values: tuple[int, ...] = ()
+    parameters: tuple[float, ...] = ()
+
+    @property
+    def path(self) -> Path:
+        """The file a ``file`` spec names."""
+        return Path(self.text)
+
+
+_LIST = re.compile(r"[0-9]+(,[0-9]+)*")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def lengths_spec(text: str) -> LengthsSpec:
+    """``--lengths``: comma-separated lengths (``8,1,8,6``), a distribution
+    (``uniform:LO:HI``, whole numbers with ``1 <= LO <= HI``; ``lognormal:MEDIAN:SIGMA``,
+    ``MEDIAN >= 1`` and ``SIGMA >= 0``) or the path of a file of lengths (read by
+    :func:`read_lengths` once the options are checked)."""
+    if _LIST.fullmatch(text):
+        values = tuple(int(part) for part in text.split(","))
+        too_long = [value for value in values if value > MAX_LENGTH]
+        if too_long:
+            raise argparse.ArgumentTypeError(
+                f"invalid lengths {text!r}: {too_long[0]} is longer than 2**62"
+            )
+        return LengthsSpec(text, "values", values)
+    name, colon, rest = text.partition(":")
+    if not colon or name not in DISTRIBUTIONS:
+        return LengthsSpec(text, "file")
+    expected = f"{name}:{DISTRIBUTIONS[name]}"
+    parts = rest.split(":")
+    try:
+        numbers = tuple(float(part) for part in parts)
+    except ValueError:
+        numbers = ()
+    if len(numbers) != 2 or not all(math.isfinite(number) for number in numbers):
+        raise argparse.ArgumentTypeError(
+            f"invalid lengths {text!r}: {name} takes two numbers, {expected}"
+        )
+    first, second = numbers
+    if name == "uniform" and not (
+        first == int(first) and second == int(second) and 1 <= first <= second <= MAX_LENGTH
+    ):
+        raise argparse.ArgumentTypeError(
+            f"invalid lengths {text!r}: uniform takes whole numbers 1 <= LO <= HI "
+            "(e.g. uniform:16:512)"
+        )
+    if name == "lognormal" and not (1 <= first <= 2**40 and 0 <= second <= 4):
+        raise argparse.ArgumentTypeError(
+            f"invalid lengths {text!r}: lognormal takes MEDIAN >= 1 (at most 2**40) and "
+            "SIGMA from 0 to 4 (e.g. lognormal:200:0.8)"
+        )
+    return LengthsSpec(text, name, parameters=numbers)
+
+
+def read_lengths(spec: LengthsSpec, option: str = "--lengths") -> LengthsSpec:
+    """``spec`` with the lengths of the file it names (integers separated by commas or
+    whitespace, ``#`` comments); ``ValueError`` naming ``option``, the file and the
+    reason otherwise. Other specs are returned as they are."""
+    if spec.kind != "file":
+        return spec
+    where = f"{option} {spec.text}"
+    try:
+        found = spec.path.stat().st_size
+        if found > MAX_LENGTH_FILE_BYTES:
+            raise ValueError(
+                f"{where}: the file holds {found} bytes, at most {MAX_LENGTH_FILE_BYTES}"
+            )
+        text = spec.path.read_text()
+    except FileNotFoundError:
+        raise ValueError(
+            f"{where}: no such file (give comma-separated lengths, "
+            f"{' or '.join(f'{n}:{p}' for n, p in DISTRIBUTIONS.items())}, or a file)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{where}: cannot be read ({error})") from None
+    values = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for part in line.split("#", 1)[0].replace(",", " ").split():
+            if not _DIGITS.fullmatch(part) or int(part) > MAX_LENGTH:
+                raise ValueError(
+                    f"{where}: line {number} holds {part!r}, not a length (a whole number "
+                    "from 0 to 2**62)"
+                )
+            values.append(int(part))
+    return LengthsSpec(spec.text, "file", tuple(values))
 
 
 def closest(word: str, known: Sequence[str]) -> str | None:

@@ -2,17 +2,19 @@
 
 :func:`cluster` starts a local Ray cluster on this machine (no dashboard) and always shuts
 it down. :func:`observe` runs one ``TorchTrainer`` of :data:`WORKERS` CPU workers in it:
-each worker builds every :data:`CASES` loader, hands it to Ray's
-``ray.train.torch.prepare_data_loader`` the way Ray's guide writes it (calling
-``loader.sampler.set_epoch(epoch)`` before each epoch), or to
-:func:`samplers.integrations.ray.prepare_data_loader`, and records the indices each step
-received over :data:`EPOCHS` epochs. At step :data:`CHECKPOINT_STEP` of the last epoch each
-case notes what a Ray user would checkpoint (ours: the loader's state; Ray's path: the
-epoch and step, and a sampler of ours its own ``state_dict()``); after all cases, the
-workers report one Ray checkpoint holding those notes and fail on purpose. Ray restarts the
-worker group (``FailureConfig(max_failures=1)``), ``ray.train.get_checkpoint()`` hands the
-restarted workers the checkpoint, and every case continues the last epoch from it the way
-its user would; what the restarted steps received is recorded too.
+each worker builds every :data:`CASES` loader over one of :data:`SAMPLERS` and prepares it
+one of the :data:`PATHS` ways: Ray's ``ray.train.torch.prepare_data_loader`` as Ray's
+guide writes it (calling ``loader.sampler.set_epoch(epoch)`` before each epoch), Ray's with
+``add_dist_sampler=False`` (which keeps the sampler; the user calls ``set_epoch`` on it),
+with ``move_to_device=False`` too, or :func:`samplers.integrations.ray.prepare_data_loader`;
+and it records the indices each step received over :data:`EPOCHS` epochs. At step
+:data:`CHECKPOINT_STEP` of the last epoch each case notes what a Ray user would checkpoint
+(ours: the loader's state; Ray's paths: the epoch and step, and a sampler of ours Ray kept
+its own ``state_dict()``); after all cases, the workers report one Ray checkpoint holding
+those notes and fail on purpose. Ray restarts the worker group
+(``FailureConfig(max_failures=1)``), ``ray.train.get_checkpoint()`` hands the restarted
+workers the checkpoint, and every case continues the last epoch from it the way its user
+would; what the restarted steps received is recorded too.
 
 The workers write what they saw to files in a directory the driver reads afterwards.
 """
@@ -31,11 +33,16 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Subset
 from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import (
     DistributedBatchSampler,
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
+    DistributedPackedBatchSampler,
+    DistributedPackedMixtureSampler,
     DistributedSampler,
     DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
@@ -50,6 +57,11 @@ __all__ = [
     "EPOCHS",
     "LENGTHS",
     "MAX_TOKENS",
+    "OURS",
+    "PATHS",
+    "ROWS",
+    "SAMPLERS",
+    "SPLIT",
     "WORKERS",
     "Case",
     "Items",
@@ -67,9 +79,15 @@ EPOCHS = 2
 WORKERS = 2
 #: Steps of the last epoch taken before its checkpoint.
 CHECKPOINT_STEP = 3
-#: Token lengths of the samples, and the budget, for the token sampler.
+#: Token lengths of the samples, and the budget, for the token sampler; the packed
+#: samplers pack rows of at most MAX_TOKENS tokens, ROWS rows a batch.
 LENGTHS = [1 + (7 * index) % 13 for index in range(DATASET_SIZE)]
 MAX_TOKENS = 16
+ROWS = 2
+#: The mixtures mix the dataset's first SPLIT samples and the rest, weighted by their
+#: sizes (in samples, or in tokens for the token and packed mixtures): each sample once an
+#: epoch.
+SPLIT = 20
 #: CPUs of the local cluster, and each worker's share (workers fit with room to spare).
 CLUSTER_CPUS = 4
 WORKER_CPUS = 1.0
@@ -81,13 +99,30 @@ CHECKPOINT_SETTLE = 120.0
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The ways a loader is prepared, by name: the ``prepare_data_loader`` called, as the
+#: tables write it.
+PATHS = {
+    "ray": "ray.train.torch.prepare_data_loader",
+    "ray-kept": "ray.train.torch.prepare_data_loader(add_dist_sampler=False)",
+    "ray-unmoved": (
+        "ray.train.torch.prepare_data_loader(add_dist_sampler=False, move_to_device=False)"
+    ),
+    "ours": "samplers.integrations.ray.prepare_data_loader",
+}
+
+
 @dataclass(frozen=True)
 class Case:
-    """One loader handed to Ray: its sampler, and whose ``prepare_data_loader`` gets it."""
+    """One loader handed to Ray: its sampler, and which of :data:`PATHS` prepares it."""
 
     name: str
     sampler: str
-    ours: bool  # through samplers.integrations.ray (else Ray's prepare_data_loader)
+    path: str
+
+    @property
+    def ours(self) -> bool:
+        """Through :mod:`samplers.integrations.ray` (else one of Ray's calls)."""
+        return self.path == "ours"
 
 
 #: The samplers, by the name the tables use.
@@ -97,13 +132,21 @@ SAMPLERS = {
     "ours": 'DistributedSampler(tail="uneven")',
     "batches": 'DistributedBatchSampler(tail="uneven")',
     "tokens": 'DistributedTokenBatchSampler(tail="uneven")',
+    "packed": 'DistributedPackedBatchSampler(tail="uneven")',
     "wrapper": 'DistributedSamplerWrapper(RandomSampler, tail="uneven")',
+    "mixture": 'DistributedMixtureSampler(tail="uneven")',
+    "mixture-batches": 'DistributedMixtureBatchSampler(tail="uneven")',
+    "mixture-tokens": 'DistributedMixtureTokenBatchSampler(tail="uneven")',
+    "packed-mixture": 'DistributedPackedMixtureSampler(tail="uneven")',
 }
-OURS = ("ours", "batches", "tokens", "wrapper")
+#: Every sampler we ship.
+OURS = tuple(name for name in SAMPLERS if name not in ("plain", "stock"))
 
+#: Ray's default call on every loader; each other path on every sampler of ours (Ray's
+#: calls that keep the sampler would leave a plain or stock loader unsharded).
 CASES: tuple[Case, ...] = (
-    *(Case(f"ray-{name}", name, False) for name in SAMPLERS),
-    *(Case(f"ours-{name}", name, True) for name in OURS),
+    *(Case(f"ray-{name}", name, "ray") for name in SAMPLERS),
+    *(Case(f"{path}-{name}", name, path) for path in PATHS if path != "ray" for name in OURS),
 )
 
 
@@ -271,8 +314,10 @@ def _train(case: Case, record: dict[str, Any], notes: dict[str, Any], *, restart
         _continue(case, loader, sampler, notes[case.name], record)
         return
     for epoch in range(EPOCHS):
-        if not case.ours:
+        if case.path == "ray":
             loader.sampler.set_epoch(epoch)  # as Ray's guide writes it
+        elif not case.ours:
+            sampler.set_epoch(epoch)  # the sampler Ray kept, as its user would
         for step, batch in enumerate(loader):
             record["before"].append((epoch, _indices(batch)))
             if epoch == last and step + 1 == CHECKPOINT_STEP:
@@ -283,7 +328,7 @@ def _note(case: Case, loader: Any, sampler: Any, epoch: int, steps: int) -> dict
     """What this case's user checkpoints at a step."""
     if case.ours:
         return {"state": loader.state_dict()}
-    if case.sampler in ("ours", "batches", "tokens", "wrapper") and sampler is not None:
+    if sampler is not None:  # a sampler of ours that Ray kept
         return {"epoch": epoch, "steps": steps, "sampler": sampler.state_dict()}
     return {"epoch": epoch, "steps": steps}
 
@@ -300,7 +345,7 @@ def _continue(
         sampler.load_state_dict(note["sampler"])  # the sampler Ray left in place
         record["restart"] = "sampler state"
         epoch = note["epoch"]
-        loader.sampler.set_epoch(epoch)
+        sampler.set_epoch(epoch)
     else:
         record["restart"] = "epoch start"  # Ray's guide resumes at an epoch
         epoch = note["epoch"]
@@ -333,22 +378,22 @@ def _indices(batch: Any) -> list[int]:
 
 def _prepared(case: Case) -> tuple[Any, Any]:
     """The case's loader, prepared by Ray or by us, and the sampler of ours Ray left in it
-    (``None`` when Ray replaced it)."""
+    (``None`` when Ray replaced it, or when ours prepared it)."""
     import ray.train.torch
 
     import samplers.integrations.ray as ours
 
-    dataset = Items()
-    loader = DataLoader(dataset, **_arguments(case.sampler, dataset))
+    loader, original = loader_of(case.sampler)
     if case.ours:
         return ours.prepare_data_loader(loader), None
-    # Ray's own function, not the refusing one this project installs on import.
-    prepare = ray.train.torch.prepare_data_loader
-    prepare = getattr(prepare, "__wrapped__", prepare)
-    original = loader.batch_sampler if case.sampler in ("batches", "tokens") else loader.sampler
-    prepared = prepare(loader)
+    options = {
+        "ray": {},
+        "ray-kept": {"add_dist_sampler": False},
+        "ray-unmoved": {"add_dist_sampler": False, "move_to_device": False},
+    }[case.path]
+    prepared = ray.train.torch.prepare_data_loader(loader, **options)
     inner = getattr(prepared, "_dataloader", prepared)
-    kept = original in (inner.sampler, inner.batch_sampler)
+    kept = original is not None and original in (inner.sampler, inner.batch_sampler)
     return prepared, original if kept else None
 
 
@@ -362,20 +407,48 @@ class Items(Dataset[torch.Tensor]):
         return torch.tensor([index])
 
 
-def _arguments(name: str, dataset: Items) -> dict[str, Any]:
+def loader_of(name: str) -> tuple[DataLoader[Any], Any]:
+    """The loader over the sampler named ``name`` (a key of :data:`SAMPLERS`), placed by
+    the process group Ray initialised, and the sampler of ours in it (``None`` for the
+    plain and stock loaders). A mixture's loader reads its ``ConcatDataset`` of the
+    dataset's two parts, in which index ``i`` is sample ``i``."""
+    dataset = Items()
+    parts = [Subset(dataset, range(SPLIT)), Subset(dataset, range(SPLIT, DATASET_SIZE))]
+    counts = [SPLIT, DATASET_SIZE - SPLIT]
+    tokens = [sum(LENGTHS[:SPLIT]), sum(LENGTHS[SPLIT:])]
     if name == "plain":
-        return {"batch_size": BATCH_SIZE, "shuffle": True}
+        return DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True), None
     if name == "stock":
-        return {"batch_size": BATCH_SIZE, "sampler": StockSampler(dataset, seed=0)}
+        return DataLoader(dataset, batch_size=BATCH_SIZE, sampler=StockSampler(dataset)), None
+    indices: Any
     if name == "ours":
-        return {"batch_size": BATCH_SIZE, "sampler": DistributedSampler(dataset, tail="uneven")}
+        indices = DistributedSampler(dataset, tail="uneven")
+    elif name == "wrapper":
+        indices = DistributedSamplerWrapper(RandomSampler(dataset), tail="uneven")
+    elif name == "mixture":
+        indices = DistributedMixtureSampler(parts, counts, tail="uneven")
+    else:
+        batches = _batch_sampler(name, dataset, parts, counts, tokens)
+        return DataLoader(getattr(batches, "dataset", dataset), batch_sampler=batches), batches
+    source = getattr(indices, "dataset", dataset)
+    return DataLoader(source, batch_size=BATCH_SIZE, sampler=indices), indices
+
+
+def _batch_sampler(
+    name: str, dataset: Items, parts: list[Any], counts: list[int], tokens: list[int]
+) -> Any:
     if name == "batches":
-        return {"batch_sampler": DistributedBatchSampler(dataset, BATCH_SIZE, tail="uneven")}
+        return DistributedBatchSampler(dataset, BATCH_SIZE, tail="uneven")
     if name == "tokens":
-        return {"batch_sampler": DistributedTokenBatchSampler(LENGTHS, MAX_TOKENS)}
-    if name == "wrapper":
-        wrapped = DistributedSamplerWrapper(RandomSampler(dataset), tail="uneven")
-        return {"batch_size": BATCH_SIZE, "sampler": wrapped}
+        return DistributedTokenBatchSampler(LENGTHS, MAX_TOKENS)
+    if name == "packed":
+        return DistributedPackedBatchSampler(LENGTHS, MAX_TOKENS, ROWS, window=MAX_TOKENS)
+    if name == "mixture-batches":
+        return DistributedMixtureBatchSampler(parts, counts, BATCH_SIZE, tail="uneven")
+    if name == "mixture-tokens":
+        return DistributedMixtureTokenBatchSampler(parts, tokens, LENGTHS, MAX_TOKENS)
+    if name == "packed-mixture":
+        return DistributedPackedMixtureSampler(parts, tokens, LENGTHS, MAX_TOKENS, ROWS)
     raise ValueError(f"name must be one of {sorted(SAMPLERS)}, got {name!r}")
 
 

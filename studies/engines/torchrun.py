@@ -71,7 +71,7 @@ def require_environment() -> None:
     if missing:
         raise NotStartedByTorchrun(
             f"the environment lacks {', '.join(missing)}, which torchrun sets for each rank; "
-            "start it as: torchrun --nproc-per-node N -m studies.cli observe ..."
+            "start it as: torchrun --nproc-per-node N --no-python dsampler observe ..."
         )
 
 

@@ -47,9 +47,10 @@ How to add a finding
 :func:`modules` imports the registered modules and checks the protocol;
 :func:`build` builds one and labels its evidence with the module's metadata.
 ``observe`` (what ranks receive, via :mod:`studies.core.simulate`), ``memory``
-(deterministic byte counts), ``wording`` (numbers in sentences) and ``mixture_record``
-(the recorded mixture benchmark as tables and sentences) are helpers for findings, not
-findings themselves.
+(deterministic byte counts), ``wording`` (numbers in sentences), ``mixture_record``
+(the recorded mixture benchmark as tables and sentences), ``packed_mixture_words`` (the
+packed mixtures in words) and ``packed_record`` (the recorded packed benchmark) are
+helpers for findings, not findings themselves.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""Finding: what an epoch costs in memory, stock sampler against ours, as N grows."""
+"""Finding: what an epoch costs in memory, stock sampler against ours, as N grows.
+
+The bytes are counted in :data:`PROCESSES` fresh interpreters (more than a minute on two
+cores) and are the same every run for the same code, Python and torch; so the finding
+renders :data:`RECORD`, which ``python -m studies.findings.cost --record`` re-measures (it
+names the machine and versions), and ``tests/test_cost_determinism.py`` measures a cheap
+sample of it again in a fresh interpreter and compares.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from studies.common import records
 from studies.common.figures import draw_lines
 from studies.core.cases import Case, Implementation
 from studies.core.simulate import IndexDataset, make_sampler
@@ -24,9 +32,10 @@ from studies.findings.memory import python_heap, tensor_bytes
 NAME = "cost"
 TITLE = "Memory per epoch: the stock sampler against ours"
 GUARDED_BY = "tests/test_findings.py::test_stock_heap_grows_with_n_and_ours_is_bounded"
-#: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
-SECONDS = 80
-SLOW = True
+
+#: The command that re-measures :data:`RECORD`, and the record.
+COMMAND = "python -m studies.findings.cost --record"
+RECORD = records.DATA / "cost-memory.json"
 
 #: Small sizes locate where ours stops using less; large ones show the growth.
 DATASET_SIZES: tuple[int, ...] = (10, 100, 300, 1_000, 10**4, 10**5, 3 * 10**5, 10**6, 3 * 10**6)
@@ -106,7 +115,7 @@ def measure_in_fresh_process(
 
 
 def _command(sizes: Sequence[int]) -> list[str]:
-    command = [sys.executable, "-m", __name__, *map(str, sizes)]
+    command = [sys.executable, "-m", "studies.findings.cost", *map(str, sizes)]
     setarch = shutil.which("setarch")
     if sys.platform.startswith("linux") and setarch:
         return [setarch, platform.machine(), "-R", *command]
@@ -142,6 +151,39 @@ def _fresh_rows(sizes: Sequence[int], hash_seed: int = 0) -> list[dict[str, int]
     return rows
 
 
+def settings() -> dict[str, object]:
+    """What the record measures: sizes, world size, rank, implementations, processes."""
+    return {
+        "dataset sizes": list(DATASET_SIZES),
+        "world size": WORLD_SIZE,
+        "rank": RANK,
+        "implementations": list(IMPLEMENTATIONS),
+        "processes": PROCESSES,
+    }
+
+
+def record() -> dict[str, object]:
+    """Measure the table in fresh interpreters (a minute or more): the record's content."""
+    return {
+        "machine": records.machine(),
+        "versions": records.versions("torch"),
+        "settings": settings(),
+        "rows": measure_in_fresh_process(),
+    }
+
+
+def load(path: Path = RECORD) -> tuple[list[dict[str, int]], dict[str, dict[str, str]]]:
+    """The recorded rows, and the record's machine and versions; ``RecordError`` naming
+    the file when it is not the record or was made with other settings than the code's."""
+    data = records.load(path, COMMAND)
+    if data.get("settings") != settings():
+        raise records.RecordError(
+            f"{path} was recorded with other settings than the code's now: re-measure it "
+            f"with {COMMAND}"
+        )
+    return data["rows"], {"machine": data["machine"], "versions": data["versions"]}
+
+
 def crossover(stock: pd.Series, ours: pd.Series) -> str:
     """Where ours starts using less than stock, over the measured sizes (index: size)."""
     sizes = list(stock.index)
@@ -160,7 +202,17 @@ def crossover(stock: pd.Series, ours: pd.Series) -> str:
 
 
 def build() -> Evidence:
-    table = pd.DataFrame(measure_in_fresh_process())
+    rows, recorded = load()
+    return evidence(rows, recorded)
+
+
+def evidence(
+    rows: Sequence[dict[str, int]], recorded: dict[str, dict[str, str]] | None = None
+) -> Evidence:
+    """The finding from measured rows (:func:`measure_in_fresh_process`'s, or the
+    record's, whose machine and versions ``recorded`` gives)."""
+    table = pd.DataFrame(list(rows))
+    sizes = sorted(set(table["dataset size"]))
     stock = table[table["implementation"] == "torch"].set_index("dataset size")
     ours = table[table["implementation"] == "samplers"].set_index("dataset size")
     measured = [
@@ -168,12 +220,12 @@ def build() -> Evidence:
     ]
     ratios = (ours[measured] / stock[measured]).reset_index(drop=True)
     ratios.columns = [f"{column}: ours / stock" for column in measured]
-    ratios.insert(0, "dataset size", [f"{size:,}" for size in DATASET_SIZES])
+    ratios.insert(0, "dataset size", [f"{size:,}" for size in sizes])
 
     def draw(figure: Figure) -> None:
         draw_lines(
             figure,
-            list(DATASET_SIZES),
+            sizes,
             {
                 "stock: peak to first index": (stock["heap peak to first index"] / _MIB).tolist(),
                 "ours: peak to first index": (ours["heap peak to first index"] / _MIB).tolist(),
@@ -193,7 +245,7 @@ def build() -> Evidence:
             for column in measured
         ]
     )
-    largest, previous = DATASET_SIZES[-1], DATASET_SIZES[-2]
+    largest, previous = sizes[-1], sizes[-2]
     peak = "heap peak to first index"
     held = "heap held at first index"
     tensors = "tensor bytes to first index"
@@ -233,6 +285,19 @@ def build() -> Evidence:
         "Those depend on the machine and the run: `dsampler bench` measures them, and the "
         "speed finding records one such run with the machine it ran on."
     )
+    if recorded is not None:
+        prose += (
+            "\n\nThese counts are a record: counting them takes "
+            f"{PROCESSES} fresh interpreters, each measuring every size, and they are the "
+            "same every run for the same code, Python and torch. So this finding renders "
+            f"`studies/data/cost-memory.json`, made with `{COMMAND}` (which re-measures it) "
+            "on "
+            + ", ".join(f"{key} {value}" for key, value in recorded["machine"].items())
+            + "; "
+            + ", ".join(f"{key} {value}" for key, value in recorded["versions"].items())
+            + ". tests/test_cost_determinism.py counts a sample of them again in a fresh "
+            "interpreter and compares."
+        )
     return Evidence(
         claim=claim,
         prose=prose,
@@ -272,4 +337,8 @@ def _size(count: float) -> str:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_all([int(size) for size in sys.argv[1:]] or DATASET_SIZES)))
+    if sys.argv[1:] == ["--record"]:
+        records.save(RECORD, COMMAND, record())
+        print(f"wrote {RECORD}", file=sys.stderr)
+    else:
+        print(json.dumps(measure_all([int(size) for size in sys.argv[1:]] or DATASET_SIZES)))

@@ -1,14 +1,20 @@
-"""Finding: what Ray Train's prepare_data_loader does to a sampler; restarts from checkpoints."""
+"""Finding: what Ray Train's prepare_data_loader does to a sampler; restarts from checkpoints.
+
+The TorchTrainer runs take minutes (a local Ray cluster, worker groups that fail and
+restart), so the finding renders what they observed from a record
+(:mod:`studies.engines.ray_record`: ``python -m studies.engines.ray_record`` re-measures it,
+``tests/test_ray.py`` runs them again and compares).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
-from studies.engines import ray_resized, ray_runs
+from studies.engines import ray_record, ray_runs
+from studies.engines.ray_record import Observed, observe
 from studies.engines.ray_resized import RESIZED_CHECKPOINT, RESIZED_EPOCHS, RESIZED_WORKERS
 from studies.engines.ray_runs import (
     BATCH_SIZE,
@@ -16,6 +22,7 @@ from studies.engines.ray_runs import (
     CHECKPOINT_STEP,
     DATASET_SIZE,
     EPOCHS,
+    PATHS,
     SAMPLERS,
     WORKERS,
     Seen,
@@ -23,12 +30,11 @@ from studies.engines.ray_runs import (
 from studies.findings import Evidence, Table
 from studies.findings.wording import joined
 
+__all__ = ["Observed", "build", "cases_table", "claim", "evidence", "explain", "observe"]
+
 NAME = "engines"
 TITLE = "Inside Ray Train: what prepare_data_loader does to a sampler, and restarts"
 GUARDED_BY = "tests/test_ray.py::test_engines_claims_hold_in_a_torch_trainer"
-SLOW = True
-#: Two TorchTrainer runs on a local cluster (worker groups start slowly on 2 cores).
-SECONDS = 330
 
 PREPARED = "prepared by"
 SAMPLER = "sampler given"
@@ -43,8 +49,7 @@ RESTART = "restart continues from"
 RESTART_NEVER = "never seen in the restarted epoch"
 RESTART_REPEATED = "repeated in the restarted epoch"
 
-RAY = "ray.train.torch.prepare_data_loader"
-OURS = "samplers.integrations.ray.prepare_data_loader"
+RAY, KEPT, UNMOVED, OURS = (PATHS[path] for path in ("ray", "ray-kept", "ray-unmoved", "ours"))
 RESTARTS = {
     "state": "the loader's state",
     "sampler state": "sampler.state_dict()",
@@ -60,25 +65,6 @@ EPOCH_NEVER = "never seen"
 EPOCH_REPEATED = "repeated"
 
 
-@dataclass(frozen=True)
-class Observed:
-    """The two runs :func:`build` measures: every case, and the restart on fewer workers."""
-
-    cases: Mapping[str, Sequence[Seen]]
-    resized: Sequence[tuple[int, int, int, int, tuple[int, ...]]]
-
-
-def observe() -> Observed:
-    """Both runs, in one local Ray cluster."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as storage:
-        cases = ray_runs.observe()
-        with ray_runs.cluster(cpus=max(RESIZED_WORKERS)):
-            ray_resized.resized(storage=storage, out=out)
-        return Observed(cases, ray_resized.resized_seen(out))
-
-
 def cases_table(cases: Mapping[str, Sequence[Seen]]) -> pd.DataFrame:
     """One row per case: what the workers' steps received, and after the restart."""
     rows = [_row(case, cases[case.name]) for case in CASES]
@@ -89,10 +75,7 @@ def cases_table(cases: Mapping[str, Sequence[Seen]]) -> pd.DataFrame:
 
 
 def _row(case: ray_runs.Case, ranks: Sequence[Seen]) -> dict[str, object]:
-    row: dict[str, object] = {
-        PREPARED: OURS if case.ours else RAY,
-        SAMPLER: SAMPLERS[case.sampler],
-    }
+    row: dict[str, object] = {PREPARED: PATHS[case.path], SAMPLER: SAMPLERS[case.sampler]}
     errors = sorted({rank.error for rank in ranks if rank.error is not None})
     if errors:
         row[ITERATES] = joined(sorted({rank.iterates for rank in ranks if rank.iterates}))
@@ -171,16 +154,26 @@ def _count(count: int, total: int, noun: str = "loader") -> str:
     return f"{count} of the {total} {plural}"
 
 
+def _path(table: pd.DataFrame, path: str) -> pd.DataFrame:
+    return table[table[PREPARED] == path]
+
+
+def _exact_restart(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[(rows[RESTART_NEVER] == 0) & (rows[RESTART_REPEATED] == 0)]
+
+
 def claim(table: pd.DataFrame, resized: pd.DataFrame) -> str:
     """The claim, every count and quantifier read from the tables."""
-    ray, ours = table[table[PREPARED] == RAY], table[table[PREPARED] == OURS]
+    ray, ours = _path(table, RAY), _path(table, OURS)
+    kept, unmoved = _path(table, KEPT), _path(table, UNMOVED)
     given_ours = ray[~ray[SAMPLER].isin([SAMPLERS["plain"], SAMPLERS["stock"]])]
     replaced = given_ours[given_ours[ITERATES].str.startswith("torch ")]
     failed = ray[ray[STARTED] != YES]
     started = ray[ray[STARTED] == YES]
     inexact_restart = started[(started[RESTART_NEVER] > 0) | (started[RESTART_REPEATED] > 0)]
+    kept_ours = kept[kept[ITERATES].str.endswith("(ours)")]
+    kept_lost = kept[kept[RESTART_NEVER] > 0]
     exact = ours[(ours[EXACT] == YES) & (ours[RESHUFFLED] == YES)]
-    continued = ours[(ours[RESTART_NEVER] == 0) & (ours[RESTART_REPEATED] == 0)]
     exact_epochs = int(((resized[EPOCH_NEVER] == 0) & (resized[EPOCH_REPEATED] == 0)).sum())
     return (
         f"In a real TorchTrainer run ({WORKERS} CPU workers, {DATASET_SIZE} samples, batch "
@@ -188,10 +181,15 @@ def claim(table: pd.DataFrame, resized: pd.DataFrame) -> str:
         f"{_count(len(replaced), len(given_ours), 'sampler')} of ours it was given with a "
         f"stock DistributedSampler, {_count(len(failed), len(ray))} it prepared failed at "
         "their first batch, and a restart from a mid-epoch Ray checkpoint lost or repeated "
-        f"samples in {_count(len(inexact_restart), len(started))} that ran. Through "
+        f"samples in {_count(len(inexact_restart), len(started))} that ran. With "
+        f"add_dist_sampler=False it kept {_count(len(kept_ours), len(kept), 'sampler')} of "
+        "ours, but a restart from the sampler's own state lost samples in "
+        f"{_count(len(kept_lost), len(kept))}, as its loader fetches a batch ahead; with "
+        "move_to_device=False as well, that restart continued exactly in "
+        f"{_count(len(_exact_restart(unmoved)), len(unmoved))}. Through "
         f"samplers.integrations.ray, {_count(len(exact), len(ours))} saw every sample "
         "exactly once in every epoch with epoch 1 reshuffled, the restart continued "
-        f"exactly in {_count(len(continued), len(ours))}, and a restart on "
+        f"exactly in {_count(len(_exact_restart(ours)), len(ours))}, and a restart on "
         f"{RESIZED_WORKERS[1]} instead of {RESIZED_WORKERS[0]} workers saw every sample "
         f"exactly once in {_count(exact_epochs, len(resized), 'epoch')}."
     )
@@ -199,23 +197,25 @@ def claim(table: pd.DataFrame, resized: pd.DataFrame) -> str:
 
 def explain(table: pd.DataFrame, resized: pd.DataFrame) -> str:
     """The finding's prose, every number and quantifier read from the tables."""
-    ray = table[table[PREPARED] == RAY]
+    ray = _path(table, RAY)
     parts = []
     failed = ray[ray[STARTED] != YES]
     if not failed.empty:
         errors = sorted(failed[STARTED].str.removeprefix("no: ").unique())
         parts.append(
-            f"Ray rebuilt the loaders over {joined(sorted(failed[SAMPLER]))} around a "
+            f"Ray rebuilt the loaders over {joined(failed[SAMPLER])} around a "
             "stock DistributedSampler without batching (the loader's batch_size is None "
             "when it has a batch sampler), and the default collate_fn then raised "
             f"{joined(errors)} at the first batch; nothing warned before."
         )
-    wrapped = ray[(ray[SAMPLER] == SAMPLERS["wrapper"]) & (ray[STARTED] == YES)]
-    for _, row in wrapped.iterrows():
+    ours_given = ~ray[SAMPLER].isin([SAMPLERS["plain"], SAMPLERS["stock"]])
+    swapped = ray[ours_given & (ray[STARTED] == YES) & ray[ITERATES].str.startswith("torch ")]
+    if not swapped.empty:
         parts.append(
-            f"A loader over {row[SAMPLER]} ran on a {row[ITERATES]} of Ray's instead: the "
-            "wrapped sampler's order (weights, subsets) was gone; Ray logs this on rank 0, "
-            "and nothing reaches the training code."
+            f"The loaders over {joined(swapped[SAMPLER])} ran on "
+            f"{joined(sorted(set(swapped[ITERATES])))} of Ray's instead: the wrapped "
+            "sampler's order (weights, subsets) or the mixture's weights were gone; Ray "
+            "logs this on rank 0, and nothing reaches the training code."
         )
     state = ray[(ray[RESTART] == RESTARTS["sampler state"]) & (ray[STARTED] == YES)]
     for _, row in state.iterrows():
@@ -229,9 +229,10 @@ def explain(table: pd.DataFrame, resized: pd.DataFrame) -> str:
     if not from_start.empty:
         parts.append(
             "Restarted at the epoch's start, as Ray's guide checkpoints (once an epoch), "
-            f"{joined(sorted(from_start[SAMPLER]))} repeated up to "
+            f"{joined(from_start[SAMPLER])} repeated up to "
             f"{int(from_start[RESTART_REPEATED].max())} samples of the restarted epoch."
         )
+    parts.append(_kept(table))
     first, second = RESIZED_WORKERS
     parts.append(
         f"The restart on fewer workers is two runs sharing one checkpoint: {first} workers "
@@ -249,29 +250,99 @@ def explain(table: pd.DataFrame, resized: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
+def _kept(table: pd.DataFrame) -> str:
+    """Ray's calls that keep the sampler, from the tables."""
+    kept, unmoved, ours = _path(table, KEPT), _path(table, UNMOVED), _path(table, OURS)
+    lost = kept[kept[RESTART_NEVER] > 0]
+    exact = unmoved[(unmoved[EXACT] == YES) & (unmoved[RESHUFFLED] == YES)]
+    return (
+        "Ray's own call keeps a sampler when told to: with add_dist_sampler=False, "
+        f"{_count(int(kept[ITERATES].str.endswith('(ours)').sum()), len(kept), 'loader')} "
+        "iterated the sampler of ours they were given, with its epoch set by the loop "
+        "(sampler.set_epoch(epoch)), and "
+        f"{_count(int((kept[EXACT] == YES).sum()), len(kept))} saw every sample exactly "
+        "once in every epoch. But its loader still fetches a batch ahead of the loop "
+        "(move_to_device=True, the default), so the sampler's state_dict() saved in the "
+        "loop was a batch ahead on each worker: after the restart, "
+        f"{_count(len(lost), len(kept))} had samples of the epoch never seen, from "
+        f"{int(kept[RESTART_NEVER].min())} to {int(kept[RESTART_NEVER].max())}. With "
+        "move_to_device=False as well, Ray hands back the loader it was given: "
+        f"{_count(len(exact), len(unmoved))} saw every sample exactly once with epoch 1 "
+        "reshuffled, and the restart from the sampler's state continued exactly in "
+        f"{_count(len(_exact_restart(unmoved)), len(unmoved))}; the loop sets each epoch "
+        "and saves and loads the sampler's state itself, which samplers.integrations.ray "
+        f"does for it (loader.epoch, save_state, load_state: exact in "
+        f"{_count(len(_exact_restart(ours)), len(ours))})."
+    )
+
+
+def _recorded() -> str:
+    """Where the runs' observations come from: the record, its machine and versions."""
+    machine, versions = ray_record.machine_and_versions()
+    return (
+        "These TorchTrainer runs take minutes, so this finding renders what they observed "
+        f"from a record (`studies/data/ray-runs.json`, made with `{ray_record.COMMAND}`, "
+        "which re-measures it; tests/test_ray.py runs them again and compares): on "
+        + ", ".join(f"{key} {value}" for key, value in machine.items())
+        + "; "
+        + ", ".join(f"{key} {value}" for key, value in versions.items())
+        + "."
+    )
+
+
 def build() -> Evidence:
-    return evidence(observe())
+    return evidence(ray_record.load())
+
+
+#: The tables of loaders, one per way of preparing them: the call, and what the loop does.
+_TABLES = (
+    (
+        RAY,
+        "ray.train.torch.prepare_data_loader(loader)",
+        "the loop calls loader.sampler.set_epoch(epoch) each epoch, as Ray's guide does",
+    ),
+    (
+        KEPT,
+        "ray.train.torch.prepare_data_loader(loader, add_dist_sampler=False)",
+        "the loop calls set_epoch(epoch) on its sampler each epoch and saves its state_dict()",
+    ),
+    (
+        UNMOVED,
+        "ray.train.torch.prepare_data_loader(loader, add_dist_sampler=False, move_to_device=False)",
+        "the loop calls set_epoch(epoch) on its sampler each epoch and saves its state_dict()",
+    ),
+    (
+        OURS,
+        "samplers.integrations.ray.prepare_data_loader(loader)",
+        "the loader counts the epochs; save_state and load_state hold its state",
+    ),
+)
 
 
 def evidence(observed: Observed) -> Evidence:
-    """The finding's evidence from what :func:`observe` returned."""
+    """The finding's evidence from what :func:`observe` returned (or the record holds)."""
     table = cases_table(observed.cases)
     resized = resized_table(observed.resized)
+    restart = (
+        f"The restart: a Ray checkpoint after step {CHECKPOINT_STEP} of epoch {EPOCHS - 1}, "
+        "a planned failure, Ray restarting the workers."
+    )
+    loaders = tuple(
+        Table(
+            f"{call}: what the workers' steps received, and after a restart",
+            _path(table, path).drop(columns=[PREPARED]).reset_index(drop=True),
+            note=(
+                f"{WORKERS} workers, {DATASET_SIZE} samples, batch size {BATCH_SIZE}, "
+                f"{EPOCHS} epochs, worst epoch; {loop}. {restart}"
+            ),
+        )
+        for path, call, loop in _TABLES
+    )
     return Evidence(
         claim=claim(table, resized),
-        prose=explain(table, resized),
+        prose=explain(table, resized) + "\n\n" + _recorded(),
         tables=(
-            Table(
-                "Every loader: what the workers' steps received, and after a restart",
-                table,
-                note=(
-                    f"{WORKERS} workers, {DATASET_SIZE} samples, batch size {BATCH_SIZE}, "
-                    f"{EPOCHS} epochs, worst epoch; Ray's path calls loader.sampler."
-                    "set_epoch(epoch) each epoch as Ray's guide does. The restart: a Ray "
-                    f"checkpoint after step {CHECKPOINT_STEP} of epoch {EPOCHS - 1}, a "
-                    "planned failure, Ray restarting the workers."
-                ),
-            ),
+            *loaders,
             Table(
                 f"A restart on {RESIZED_WORKERS[1]} of {RESIZED_WORKERS[0]} workers through "
                 "samplers.integrations.ray, counted from the checkpoint",

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import inspect
-import multiprocessing
-import os
-import subprocess
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
 
 import pandas as pd
 
 from samplers import testing
-from studies.common.extras import require
+from studies.common import records
 from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined
+from studies.kit import search_record
 from studies.kit.cli import SHOWN, counterexample_text
 from studies.kit.peers import COLUMNS, Column
 
@@ -26,7 +23,7 @@ TITLE = (
 )
 GUARDED_BY = "tests/test_kit.py::test_the_matrix_claim_holds_for_its_samplers"
 #: Seconds build() takes on an idle 2-core machine: the report starts long ones first.
-SECONDS = 150
+SECONDS = 60
 SLOW = True
 
 SAMPLER, GUARANTEE, RESULT = "sampler", "guarantee", "result"
@@ -40,6 +37,7 @@ HELD, VIOLATED, UNSUPPORTED = SHOWN[True], SHOWN[False], SHOWN[None]
 #: is kept in :data:`KIT` and shown beside it, never counted as held or violated.
 INAPPLICABLE = "does not apply"
 KIT, REASON = "the kit's result", "why it does not apply"
+TRIED = "configurations tried"
 
 
 def _version(column: Column) -> str:
@@ -56,63 +54,41 @@ def yields(column: Column) -> str:
     return "batches" if "batch_size" in parameters else "indices"
 
 
-def check_column(name: str, fresh: dict[str, object] | None = None) -> pd.DataFrame:
-    """``samplers.testing.check`` of the column named ``name`` (run in a worker process);
-    ``fresh``: what a fresh process yielded for the columns (one process for all)."""
-    column = next(column for column in COLUMNS if column.name == name)
-    return testing.check(column.factory, fresh=fresh)
-
-
-def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, pd.DataFrame]:
-    """Every column's check, by name, computed in parallel processes.
-
-    Each check is deterministic (the kit's derandomised search), so the processes only
-    make it quicker. Raises :class:`studies.common.extras.MissingExtra` when a peer library is
-    not installed: a missing peer fails the report, it never drops a column.
-    """
-    require("peers")
-    names = [column.name for column in columns]
-    # One fresh interpreter for every column's determinism check, not one per column.
-    references = [
-        reference for column in columns if (reference := testing.reference(column.factory))
-    ]
-    try:
-        fresh: dict[str, object] | None = testing.fresh_outputs(references)
-    except (RuntimeError, subprocess.TimeoutExpired):
-        fresh = None  # each column's check then starts a fresh process of its own
-    workers = max(1, min(len(names), os.cpu_count() or 1))
-    if workers == 1:
-        return {name: check_column(name, fresh) for name in names}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return dict(zip(names, pool.map(check_column, names, [fresh] * len(names)), strict=True))
+def checked(columns: tuple[Column, ...] = COLUMNS) -> dict[str, list[testing.Result]]:
+    """Every column's results, by name: the cheaper search of
+    :func:`studies.kit.search_record.search`, which finds every counterexample the full
+    search recorded. Raises :class:`studies.common.extras.MissingExtra` when a peer library
+    is not installed: a missing peer fails the report, it never drops a column."""
+    return search_record.search(columns)
 
 
 def cells(columns: tuple[Column, ...] = COLUMNS) -> pd.DataFrame:
     """One row per sampler and guarantee: the kit's result for every column of
-    :data:`studies.kit.peers.COLUMNS`, in column order and the kit's guarantee order."""
+    :data:`studies.kit.peers.COLUMNS`, in column order and the kit's guarantee order, with
+    the configurations each search tried."""
     results = checked(columns)
     rows = []
     for column in columns:
         reasons = dict(column.not_applicable)
-        for result in results[column.name].to_dict("records"):
-            found = result["counterexample"] or {}
-            reason = reasons.get(result["guarantee"], "")
+        for result in results[column.name]:
+            found = result.counterexample or {}
+            reason = reasons.get(result.guarantee, "")
             rows.append(
                 {
                     SAMPLER: column.name,
-                    GUARANTEE: result["guarantee"],
-                    RESULT: INAPPLICABLE if reason else SHOWN[result["holds"]],
-                    KIT: SHOWN[result["holds"]],
+                    GUARANTEE: result.guarantee,
+                    RESULT: INAPPLICABLE if reason else SHOWN[result.holds],
+                    KIT: SHOWN[result.holds],
                     REASON: reason,
                     "dataset size": found.get("dataset_size", ""),
                     "world size": found.get("world_size", ""),
                     "batch size": found.get("batch_size", ""),
                     "rank": "" if found.get("rank") is None else found["rank"],
                     "epoch": found.get("epoch", ""),
-                    COUNTEREXAMPLE: counterexample_text(result["counterexample"]),
-                    EXPERIENCE: result["experience"] or "-",
-                    DETAIL: result["detail"],
+                    COUNTEREXAMPLE: counterexample_text(result.counterexample),
+                    EXPERIENCE: result.experience or "-",
+                    DETAIL: result.detail,
+                    TRIED: result.examples,
                 }
             )
     return pd.DataFrame(rows)
@@ -219,7 +195,7 @@ def claim(found: Facts) -> str:
     resumed, inexact = within_tail(found)
     exempt = not_applying(found)
     return (
-        f"Checked by the search of `dsampler check` against the kit's {total} guarantees, "
+        f"Checked by the kit's search against its {total} guarantees, "
         f"{count_of(sum(found.count[n] == total for n in found.samplers), samplers, 'samplers')} "
         f"held them all; the most any held is {best} ({joined(leaders)}). "
         f"{len(repeat)} samplers reached every index but some more than once, "
@@ -283,8 +259,9 @@ def describe(frame: pd.DataFrame, found: Facts) -> str:
     unsupported = found.unsupported.get("resumes-same-world-size", ())
     text = (
         f"{samplers} samplers were checked against the {len(found.guarantees)} guarantees "
-        "of `samplers.testing`, each by the derandomised search of `dsampler check`, "
-        "shrunk to the smallest counterexample. Every index exactly once each epoch: "
+        "of `samplers.testing`, each by the kit's derandomised search, shrunk to the "
+        "smallest counterexample (how it was searched is below). Every index exactly once "
+        "each epoch: "
         f"{joined(once) or 'none'}. The same number of batches on every rank: "
         f"{joined(equal) or 'none'}. Both at once: {joined(both) or 'none'}. Resuming on "
         "another world size, losing and repeating nothing beyond the sampler's own tail "
@@ -340,9 +317,74 @@ def describe(frame: pd.DataFrame, found: Facts) -> str:
     return text
 
 
+SEARCH, FOUND_AGAIN = "search", "the full search's counterexamples it found"
+FULL, CHEAP = "the full search (recorded)", "this report's"
+
+
+def search_table(
+    frame: pd.DataFrame, recorded: dict[tuple[str, str], search_record.Cell]
+) -> pd.DataFrame:
+    """The report's search against the full one recorded: configurations tried, violated
+    cells (the kit's result, whether or not the guarantee applies), and how many of the
+    full search's counterexamples the report's search found again, the same."""
+    shown = {
+        (row[SAMPLER], row[GUARANTEE]): row[COUNTEREXAMPLE]
+        for _, row in frame[frame[KIT] == VIOLATED].iterrows()
+    }
+    violated = [cell for cell in recorded.values() if cell.holds is False]
+    again = [
+        cell
+        for cell in violated
+        if shown.get((cell.sampler, cell.guarantee)) == cell.counterexample
+    ]
+    return pd.DataFrame(
+        [
+            {
+                SEARCH: FULL,
+                TRIED: sum(cell.tried for cell in recorded.values()),
+                "violated cells": len(violated),
+                FOUND_AGAIN: len(violated),
+            },
+            {
+                SEARCH: CHEAP,
+                TRIED: int(frame[TRIED].sum()),
+                "violated cells": len(shown),
+                FOUND_AGAIN: len(again),
+            },
+        ]
+    )
+
+
+def how_searched(searched: pd.DataFrame) -> str:
+    """The prose on the search, from :func:`search_table` and the record's metadata."""
+    full, cheap = searched.set_index(SEARCH).loc[FULL], searched.set_index(SEARCH).loc[CHEAP]
+    generated = sorted({search_record.examples(g) for g in testing.GUARANTEES})
+    defaults = sorted({search_record.full_examples(g) for g in testing.GUARANTEES})
+    again = int(cheap[FOUND_AGAIN])
+    new = int(cheap["violated cells"]) - again
+    return (
+        "How it was searched: `dsampler check`'s full search of every cell takes minutes, "
+        "so the report's search starts where the full one found something. Each guarantee "
+        "was first tried on the counterexamples the full search found for it (this "
+        "sampler's own first, then the other samplers'), and the first that violated it "
+        "was made smaller as the search makes any it finds smaller; where the full search "
+        f"found none, hypothesis generated {joined(str(n) for n in generated)} "
+        f"configurations instead of {joined(str(n) for n in defaults)}. The report's search "
+        f"found {count_of(again, int(full['violated cells']), 'counterexamples')} of the full "
+        "search again, the same"
+        + (f", and {new} it did not find" if new else "")
+        + f", trying {int(cheap[TRIED]):,} configurations against its {int(full[TRIED]):,}. "
+        "The full search's outcome is a record (`studies/data/guarantee-search.json`, with "
+        f"the machine and versions it ran on; `{search_record.COMMAND}` re-measures it); "
+        "every cell above was computed by running the check on the sampler."
+    )
+
+
 def build() -> Evidence:
     frame = cells()
     found = facts(frame)
+    data = records.load(search_record.RECORD, search_record.COMMAND)
+    searched = search_table(frame, search_record.load())
     legend = pd.DataFrame(
         [
             {SAMPLER: c.name, "what it is": c.what, "yields": yields(c), "version": _version(c)}
@@ -363,6 +405,18 @@ def build() -> Evidence:
             ),
         ),
         Table("The samplers", legend),
+        Table(
+            "The search: this report's against the full search",
+            searched,
+            intfmt=",",
+            note=(
+                "The full search's record ran on "
+                + ", ".join(f"{k}: {v}" for k, v in data["machine"].items())
+                + "; "
+                + ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+                + "."
+            ),
+        ),
     ]
     exempt = frame[frame[RESULT] == INAPPLICABLE]
     if not exempt.empty:
@@ -384,6 +438,5 @@ def build() -> Evidence:
                 note=f"The guarantee: {statement}.",
             )
         )
-    return Evidence(
-        claim=claim(found), prose=describe(frame, found), tables=tuple(tables), facts=found
-    )
+    prose = describe(frame, found) + "\n\n" + how_searched(searched)
+    return Evidence(claim=claim(found), prose=prose, tables=tuple(tables), facts=found)

@@ -1,6 +1,9 @@
 """Finding: mixing datasets by weight: ours against the ways in use, on proportions at
-every prefix, repeats within a pass, resuming on another world size, and reweighting; and
-their time and memory to the first index, read from the recorded mixture benchmark."""
+every prefix, repeats within a pass, resuming on another world size, and reweighting; the
+same for mixtures packed into rows of tokens (:mod:`studies.mixtures.packed_tables`, in
+words by :mod:`studies.findings.packed_mixture_words`), with what each choice of cutting
+documents costs; and their time and memory to the first index, read from the recorded
+mixture benchmark."""
 
 from __future__ import annotations
 
@@ -14,15 +17,16 @@ import pandas as pd
 
 from studies.findings import Evidence, Table
 from studies.findings import mixture_record as mixture
+from studies.findings import packed_mixture_words as packed_words
 from studies.findings.wording import count_of, joined, up_to
 from studies.mixtures import bench as mixture_bench
-from studies.mixtures import ways
+from studies.mixtures import packed_tables, ways
 
 NAME = "mixtures"
 TITLE = "Mixing datasets by weight: proportions, passes, resume and reweighting"
 GUARDED_BY = "tests/test_mixture_finding.py::test_the_claim_holds_in_the_table"
 SLOW = True
-SECONDS = 70
+SECONDS = 110
 
 #: The weights set mid-run, and after how many steps (the state is saved there too).
 NEW_WEIGHTS = (1, 2, 1, 2, 1, 3)
@@ -163,6 +167,52 @@ def _rows(frame: pd.DataFrame, name: str) -> pd.DataFrame:
     return frame[frame["sampler"] == name]
 
 
+def stock_shares(world: int = WORLD_SIZES[0]) -> tuple[np.ndarray, np.ndarray]:
+    """Each source's share of the stock sampler's epoch over the ``ConcatDataset`` (on
+    ``world`` ranks), and its share under the weights."""
+    epoch = _stream([list(ways.BUILDERS[ways.STOCK](world, r)) for r in range(world)])
+    counts = np.bincount(_source(epoch), minlength=len(ways.SIZES))
+    weights = np.asarray(ways.WEIGHTS, dtype=np.float64)
+    return counts / counts.sum(), weights / weights.sum()
+
+
+def _stock_prose() -> str:
+    """What the stock sampler over a ``ConcatDataset`` does with the weights."""
+    shares, weighted = stock_shares()
+    sizes = np.asarray(ways.SIZES, dtype=np.float64) / ways.LENGTH
+    follows = "its sources' sizes" if np.allclose(shares, sizes) else "neither"
+    return (
+        "ConcatDataset + the stock DistributedSampler never applies the weights: it takes "
+        "none, and its epoch holds each source in proportion to "
+        f"{follows} ({shares.min():.1%} to {shares.max():.1%} of the epoch on "
+        f"{WORLD_SIZES[0]} ranks, against the weights' {weighted.min():.1%} to "
+        f"{weighted.max():.1%}). It is in the table as what a job gets that concatenates "
+        "its sources without weighting them, the starting point of every other row."
+    )
+
+
+def _all_exhausted_chunks() -> str:
+    """The ``all_exhausted`` ``Dataset`` mix's length, and what each rank reads of its
+    contiguous chunk of it."""
+    from datasets.distributed import split_dataset_by_node
+
+    mix = ways.hf_dataset_mix(ways.WEIGHTS, "all_exhausted")
+    parts = []
+    for world in WORLD_SIZES:
+        chunks = sorted({len(split_dataset_by_node(mix, r, world)) for r in range(world)})
+        read = sorted({len(range(r, ways.LENGTH, world)) for r in range(world)})
+        parts.append(
+            f"on {world} ranks each rank's chunk holds {joined(f'{n:,}' for n in chunks)} "
+            f"rows, of which it reads the first {joined(f'{n:,}' for n in read)}"
+        )
+    return (
+        f"With 'all_exhausted' the Dataset's mix holds {len(mix):,} rows (every source run "
+        "to its end, the small ones many times over), and split_dataset_by_node gives each "
+        f"rank a contiguous chunk of it: {'; '.join(parts)} (its share of the epoch), so "
+        "each rank reads only the first rows of its chunk"
+    )
+
+
 def _hugging_face_prose(frame: pd.DataFrame) -> str:
     """What the table says of ``datasets``' mixes, each number read from it."""
     import datasets
@@ -185,8 +235,7 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
         "rebuilds the mix with the new probabilities from that state. With the default "
         "stopping_strategy ('first_exhausted') the mix ends when a source runs out: "
         f"{joined(sorted(set(short['samples in the epoch'])))} samples of the {ways.LENGTH} "
-        "an epoch should hold. With 'all_exhausted', split_dataset_by_node gives each rank a "
-        "contiguous chunk of a Dataset's mix, which repeats "
+        f"an epoch should hold. {_all_exhausted_chunks()}; so read, it repeats "
         f"{up_to(whole['repeats within a pass'])} samples within a pass. With "
         "'all_exhausted_without_replacement' the mix repeats "
         f"{up_to(once['repeats within a pass'])} samples within a pass and leaves the "
@@ -210,6 +259,7 @@ def _hugging_face_prose(frame: pd.DataFrame) -> str:
 
 def build() -> Evidence:
     frame, recorded = table(), mixture_bench.load()
+    mixing, packed_rows = packed_tables.mixing_table(), packed_tables.rows_table()
     exact = exact_rows(frame)
     holding = sorted(set(frame.loc[exact, "sampler"]))
     samplers = frame["sampler"].nunique()
@@ -221,7 +271,7 @@ def build() -> Evidence:
         "Every prefix within 1 sample of the target, no repeat within a pass, a resume on "
         "another world size without loss or repeat, and a reweight mid-run without repeats "
         f"hold together for {count_of(len(holding), samplers, 'ways of mixing measured')}"
-        f"{': ' + joined(holding) if holding else ''}."
+        f"{': ' + joined(holding) if holding else ''}. " + packed_words.claim(mixing, packed_rows)
     )
     prose = (
         f"Sources of sizes {joined(ways.SIZES)} with weights {joined(ways.WEIGHTS)}, an epoch of "
@@ -231,14 +281,20 @@ def build() -> Evidence:
         f"other world size; the weights change to {joined(NEW_WEIGHTS)} after "
         f"{STEPS_BEFORE} steps. Within 1 at every prefix: {joined(prefix_ok) or 'none'}. "
         f"The largest deviation, {worst[deviation]:.1f} samples, is {worst['sampler']}'s "
-        f"on {worst['ranks']} ranks. The Megatron-style blend repeats "
+        f"on {worst['ranks']} ranks. The Megatron-style blend picks at each position the "
+        "source with the largest error, as Megatron's build_blending_indices writes it: "
+        f"`{ways.MEGATRON_FORMULA}` (the first source on a tie). It repeats "
         f"up to {int(megatron['reweighted: repeats within a pass'].max())} samples within a pass "
         "after the reweight: rebuilt with the new weights and read from the same position, "
         "its sources' counts are those of the new weights' blend, not those consumed. "
         "A sampler without a state that carries over to another world size (the stock one, "
         "torchdata's) begins the epoch again on restart; "
         f"one without set_weights is not reweighted ({NOT_REWEIGHTED!r}). "
+        + _stock_prose()
+        + " "
         + _hugging_face_prose(frame)
+        + "\n\n"
+        + packed_words.prose(mixing, packed_rows)
         + "\n\n"
         + mixture.ways_prose(recorded, ways.OURS)
         + " The Megatron-style blend's time is that of its reimplementation here, in "
@@ -249,6 +305,7 @@ def build() -> Evidence:
         prose,
         (
             Table("Proportions, passes, resume and reweighting, by way of mixing", frame, ".2f"),
+            *packed_words.tables(mixing, packed_rows),
             mixture.ways_evidence_table(recorded),
         ),
     )

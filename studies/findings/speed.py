@@ -6,7 +6,10 @@ run recorded by ``dsampler bench --record`` (:mod:`studies.bench.record`), commi
 with the machine it ran on, and quotes only medians and ratios measured in that run.
 ``dsampler bench`` measures the same grid (and more, with options) on any machine.
 The mixture sampler's tables and sentence come the same way from the run recorded by
-``python -m studies.mixtures.bench --record`` (:mod:`studies.findings.mixture_record`).
+``python -m studies.mixtures.bench --record`` (:mod:`studies.findings.mixture_record`),
+and the packed samplers' from ``python -m studies.bench.packed --record``
+(:mod:`studies.findings.packed_record`), which says "not yet recorded" while there is no
+record.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from studies.bench import packed as packed_bench
 from studies.bench.grid import LOADER_QUANTITY, MEMORY_HEADROOM, SAMPLER_QUANTITIES, Grid
 from studies.bench.plot import draw, figure_size
 from studies.bench.probe import WARM_UP_SIZE
@@ -28,7 +32,7 @@ from studies.bench.tables import (
     with_ratios,
 )
 from studies.bench.variants import FLOOR, REFERENCE
-from studies.findings import Evidence, Picture, Table
+from studies.findings import Evidence, Picture, Table, packed_record
 from studies.findings import mixture_record as mixture
 from studies.findings.wording import plural
 from studies.mixtures import bench as mixture_bench
@@ -102,12 +106,18 @@ def build() -> Evidence:
         )
     )
 
+    packed = packed_bench.load()
+    tables.extend(packed_record.tables(packed))
+
     def picture(figure: Figure) -> None:
         draw(figure, frame)
 
     return Evidence(
         claim=_claim(frame, grid, facts),
-        prose=f"{_prose(frame, grid, facts, dropped)}\n\n{_mixture_prose(mixtures)}",
+        prose=(
+            f"{_prose(frame, grid, facts, dropped)}\n\n{_mixture_prose(mixtures)}\n\n"
+            f"{packed_record.prose(packed)}"
+        ),
         tables=tuple(tables),
         pictures=(
             Picture(

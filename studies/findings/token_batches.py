@@ -3,6 +3,7 @@ a fairseq-style sort, on synthetic and real length distributions."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from typing import Any
 
@@ -39,7 +40,10 @@ PICTURED = ("torch source files", 8)
 NAMES = {
     "ours": "ours: DistributedTokenBatchSampler",
     "stock": "stock DistributedSampler, fixed batch size",
-    "length-grouped": "transformers DistributedLengthGroupedSampler",
+    "length-grouped": (
+        "transformers DistributedLengthGroupedSampler, called directly (not the Trainer's "
+        "group_by_length path)"
+    ),
     "sorted-by-size": "fairseq-style sort by length",
 }
 OURS = NAMES["ours"]
@@ -193,12 +197,13 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         text += " transformers is not installed: its length-grouped sampler was not measured."
     else:
         text += (
-            " transformers' length-grouped sampler with the same batch size (it sorts random "
-            "megabatches by length): padded efficiency "
+            " transformers' DistributedLengthGroupedSampler, called directly with the same "
+            "batch size (it sorts random megabatches by length): padded efficiency "
             f"{_range(grouped['padded efficiency'], '.3f')}, "
             f"straggler ratio {_range(grouped['straggler ratio'], '.3f')}, batches over "
             f"max_tokens {_range(grouped['batches over max_tokens'], 'd')} per epoch, simulated "
-            f"epoch time {_range(grouped['simulated epoch time / ours'], '.2f')} times ours."
+            f"epoch time {_range(grouped['simulated epoch time / ours'], '.2f')} times ours. "
+            + trainer_path()
         )
     fairseq = by[NAMES["sorted-by-size"]]
     unequal = int((fairseq["equal batch counts"] == "no").sum())
@@ -263,6 +268,29 @@ def _prose(lengths: pd.DataFrame, table: pd.DataFrame, bench: pd.DataFrame, reco
         + "."
     )
     return text
+
+
+def trainer_path() -> str:
+    """What the installed transformers' Trainer builds for ``group_by_length``, read from
+    its source: whether it calls ``DistributedLengthGroupedSampler`` at all."""
+    import inspect
+
+    from transformers import Trainer
+
+    version = importlib.metadata.version("transformers")
+    source = inspect.getsource(Trainer)
+    if "DistributedLengthGroupedSampler(" in source:
+        return (
+            f"The Trainer of transformers {version} builds it for group_by_length on "
+            "several processes."
+        )
+    return (
+        f"It is not what the Trainer does: transformers {version}'s Trainer never calls it "
+        'and, for train_sampling_strategy="group_by_length", builds LengthGroupedSampler '
+        "over the whole dataset on every process (megabatches of the per-device batch size "
+        "times the accumulation steps) and lets accelerate shard its batches over the ranks "
+        "(that path is measured in the token-costs finding, as Trainer group_by_length)."
+    )
 
 
 def _epoch_against_stock(record: dict[str, Any]) -> str:
@@ -331,7 +359,8 @@ def claim(table: pd.DataFrame) -> str:
     subjects = {
         "stock": "A fixed batch size of ours' mean samples per batch (rounded), through the "
         "stock sampler,",
-        "length-grouped": "The same batch size through transformers' length-grouped sampler",
+        "length-grouped": "The same batch size through transformers' "
+        "DistributedLengthGroupedSampler (called directly)",
     }
     for key, subject in subjects.items():
         if NAMES[key] not in set(table["sampler"]):

@@ -89,9 +89,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         import hypothesis  # noqa: F401
     except ModuleNotFoundError:
+        from studies.common.extras import install_command
+
         print(
             "dsampler check: error: needs hypothesis, which is not installed: install the "
-            "study extra, e.g. pip install 'dsampler[study]'",
+            f"study extra: {install_command(['study'])}",
             file=sys.stderr,
         )
         return 2

@@ -6,4 +6,10 @@ wrapper, the stock sampler over a ``ConcatDataset``); :mod:`~studies.mixtures.be
 measures their time and memory to the first index, and ours over a whole epoch, at scale
 and in fresh processes, and records them. The ``mixtures`` and ``speed`` findings render
 them.
+
+Packed into rows of tokens: :mod:`~studies.mixtures.corpus` (the sources as documents of
+tokens), :mod:`~studies.mixtures.packing` (ours, a Megatron-style blend over concatenated
+and chunked documents, ``datasets.interleave_datasets`` then TRL's ``pack_dataset``),
+:mod:`~studies.mixtures.token_measures` (what their rows did, read from the token ids) and
+:mod:`~studies.mixtures.packed_tables` (the tables the ``mixtures`` finding shows).
 """

@@ -23,7 +23,16 @@ from torch.utils.data.distributed import DistributedSampler as StockSampler
 
 from samplers import DistributedMixtureSampler, DistributedSamplerWrapper
 
-__all__ = ["BUILDERS", "LENGTH", "OFFSETS", "SEED", "SHARDS", "SIZES", "WEIGHTS"]
+__all__ = [
+    "BUILDERS",
+    "LENGTH",
+    "MEGATRON_FORMULA",
+    "OFFSETS",
+    "SEED",
+    "SHARDS",
+    "SIZES",
+    "WEIGHTS",
+]
 
 #: Six sources whose sizes span three orders of magnitude, and their weights.
 SIZES = (20, 60, 300, 1000, 3000, 10000)
@@ -31,6 +40,12 @@ WEIGHTS = (3, 1, 2, 1, 2, 1)
 SEED = 0
 LENGTH = sum(SIZES)
 OFFSETS = np.cumsum((0, *SIZES[:-1]))
+
+#: Megatron's blending rule, as ``build_blending_indices`` (megatron/core/datasets/
+#: helpers.cpp) writes it: at each sample index, the dataset with the largest error.
+MEGATRON_FORMULA = (
+    "error = weights[dataset_idx] * max(sample_idx, 1) - current_samples[dataset_idx]"
+)
 
 OURS = "ours: DistributedMixtureSampler"
 MEGATRON = "Megatron-style blend (reimplemented from its published algorithm)"
@@ -72,16 +87,17 @@ def stock(world: int, rank: int, weights: Sequence[int] = WEIGHTS) -> Any:
 
 
 def megatron_stream(weights: Sequence[int], length: int) -> list[int]:
-    """Megatron's blend: at each position the source with the largest error
-    ``share_d * (k + 1) - count_d`` (ties to the lower index), and that source's next
-    sample; each source's passes are fresh permutations of it (``randperm`` seeded with
-    the seed, the source and the pass)."""
+    """Megatron's blend: at each position ``k`` the source with the largest error, as
+    Megatron's ``build_blending_indices`` writes it (``weights[dataset_idx] *
+    max(sample_idx, 1) - current_samples[dataset_idx]``, the first source on a tie), and
+    that source's next sample; each source's passes are fresh permutations of it
+    (``randperm`` seeded with the seed, the source and the pass)."""
     shares = np.asarray(weights, dtype=np.float64) / sum(weights)
     counts = np.zeros(len(SIZES), dtype=np.int64)
     stream = []
     orders: dict[tuple[int, int], list[int]] = {}
     for k in range(length):
-        d = int(np.argmax(shares * (k + 1) - counts))
+        d = int(np.argmax(shares * max(k, 1) - counts))
         number, item = divmod(int(counts[d]), SIZES[d])
         if (d, number) not in orders:
             generator = torch.Generator().manual_seed(SEED * 1_000_003 + d * 1009 + number)

@@ -14,10 +14,15 @@ attention term is lhotse's quadratic cost with ``q = 1 / per_square``
   length, ``max_tokens / context`` rows per batch, ``TokenCost("sum", quadratic=...)``;
 * ``fixed``: torch's ``DistributedSampler`` with the largest fixed batch size that never
   exceeds ``max_tokens`` (``max_tokens / context``);
-* ``rebalance``: transformers' ``BatchRebalanceSampler`` (``train_sampling_strategy=
-  "batch_rebalance"``), each step ``W x`` ours' mean samples per batch, one
-  micro-batch per rank per step (``grad_accum=1``), its defaults otherwise (optional
-  peer: skipped without transformers);
+* ``rebalance``: transformers' ``BatchRebalanceSampler`` called directly, each step
+  ``W x`` ours' mean samples per batch, one micro-batch per rank per step
+  (``grad_accum=1``), ``seed`` the study's, its own defaults otherwise (``drop_last=True``
+  among them: the epoch's last partial global batch is left out);
+* ``rebalance-trainer``: the same sampler exactly as the Trainer builds it for
+  ``train_sampling_strategy="batch_rebalance"`` (``Trainer._get_train_sampler``):
+  ``drop_last`` from ``dataloader_drop_last`` (default ``False``: the last partial
+  global batch is kept), ``seed`` and ``shuffle`` left at the sampler's defaults (42,
+  ``True``), the same batch size (optional peers: skipped without transformers);
 * ``trainer-grouped``: the Hugging Face Trainer's ``group_by_length`` path, reassembled
   from its parts: transformers' ``LengthGroupedSampler`` (the global batch size, drawn
   from the global RNG, seeded ``seed + epoch`` on every rank as ``set_seed`` does),
@@ -27,9 +32,11 @@ attention term is lhotse's quadratic cost with ``q = 1 / per_square``
   accelerate);
 * ``lhotse``, ``lhotse-quadratic``: lhotse's ``DynamicBucketingSampler`` with durations
   = tokens, ``max_duration=max_tokens`` (a sum of durations, not a padded cost), its
-  ``world_size``/``rank`` and ``sync_buckets=True``, ``drop_last=False``; the quadratic
-  one with ``quadratic_duration=QUADRATIC`` and the quadratic budget (optional peer:
-  skipped without lhotse);
+  ``world_size``/``rank`` and ``sync_buckets=True``, ``drop_last=False``, its default
+  ``num_buckets`` (:data:`LHOTSE_BUCKETS`, 10); the quadratic one with
+  ``quadratic_duration=QUADRATIC`` and the quadratic budget; ``lhotse-30`` and
+  ``lhotse-quadratic-30`` the same with ``num_buckets=30`` (:data:`LHOTSE_TUNED`, a
+  tuned setting) (optional peers: skipped without lhotse);
 * ``trl-bfd``: TRL's ``pack_dataset(strategy="bfd")`` as a reimplementation written here
   from its idea (not TRL's code): the whole dataset packed best-fit decreasing into rows
   of the context length, the rows then served as a dataset by torch's
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -55,10 +63,14 @@ from samplers.tokens.packing import row_starts
 from studies.tokens.batching import Shares, StepModel, batch_size_like
 
 __all__ = [
+    "LHOTSE_BUCKETS",
+    "LHOTSE_TUNED",
     "PACKED",
     "QUADRATIC",
+    "QUADRATIC_KEYS",
     "SAMPLERS",
     "measure",
+    "ours_under",
     "quadratic_budget",
     "resumes_elsewhere",
     "simulated_step",
@@ -66,6 +78,8 @@ __all__ = [
 
 #: ``q`` of the quadratic cost: the step model's ``1 / per_square`` (width 1024 x 6).
 QUADRATIC = round(1 / StepModel().per_square)
+#: lhotse's ``DynamicBucketingSampler`` ``num_buckets``: its default, and a tuned setting.
+LHOTSE_BUCKETS, LHOTSE_TUNED = 10, 30
 
 
 def quadratic_budget(max_tokens: int, context: int) -> int:
@@ -188,6 +202,40 @@ def _rebalance(
     return shares
 
 
+#: ``TrainingArguments.dataloader_drop_last``'s default: what the Trainer passes as the
+#: rebalancing sampler's ``drop_last``.
+TRAINER_DROP_LAST = False
+
+
+def _rebalance_trainer(
+    lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
+) -> Shares | None:
+    """``BatchRebalanceSampler`` with the arguments ``Trainer._get_train_sampler`` gives it
+    (``seed`` is the sampler's default: the Trainer passes none)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    from transformers.trainer_pt_utils import BatchRebalanceSampler
+
+    per_batch = _ours_per_batch(lengths, world, seed, max_tokens, context)
+    values = lengths.tolist()
+    shares = []
+    for rank in range(world):
+        sampler = BatchRebalanceSampler(
+            lengths=values,
+            # train_batch_size x gradient_accumulation_steps (1) x world_size:
+            effective_batch_size=per_batch * world,
+            dp_size=world,
+            grad_accum=1,
+            rank=rank,
+            drop_last=TRAINER_DROP_LAST,
+        )
+        sampler.set_epoch(epoch)
+        shares.append([list(batch) for batch in sampler])
+    return shares
+
+
 def _trainer_grouped(
     lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
 ) -> Shares | None:
@@ -224,6 +272,7 @@ def _lhotse_sampler(
     max_tokens: int,
     context: int,
     quadratic: bool,
+    buckets: int = LHOTSE_BUCKETS,
 ) -> Any:
     from lhotse import CutSet, MonoCut
     from lhotse.dataset import DynamicBucketingSampler
@@ -238,6 +287,7 @@ def _lhotse_sampler(
             cuts,
             max_duration=budget,
             quadratic_duration=QUADRATIC if quadratic else None,
+            num_buckets=buckets,
             shuffle=True,
             seed=seed,
             world_size=world,
@@ -248,7 +298,13 @@ def _lhotse_sampler(
     )
 
 
-def _lhotse(quadratic: bool) -> Callable[..., Shares | None]:
+def _lhotse_settings(key: str) -> tuple[bool, int]:
+    """(quadratic, num_buckets) of an lhotse key: ``lhotse[-quadratic][-30]``."""
+    buckets = LHOTSE_TUNED if key.endswith(f"-{LHOTSE_TUNED}") else LHOTSE_BUCKETS
+    return "-quadratic" in key, buckets
+
+
+def _lhotse(quadratic: bool, buckets: int = LHOTSE_BUCKETS) -> Callable[..., Shares | None]:
     def run(
         lengths: torch.Tensor, world: int, epoch: int, seed: int, max_tokens: int, context: int
     ) -> Shares | None:
@@ -258,7 +314,9 @@ def _lhotse(quadratic: bool) -> Callable[..., Shares | None]:
             return None
         shares = []
         for rank in range(world):
-            sampler = _lhotse_sampler(lengths, world, rank, seed, max_tokens, context, quadratic)
+            sampler = _lhotse_sampler(
+                lengths, world, rank, seed, max_tokens, context, quadratic, buckets
+            )
             sampler.set_epoch(epoch)
             # lhotse names a cut it hands out again "<id>_dup<k>".
             shares.append(
@@ -280,12 +338,12 @@ def _lhotse_resume(
 ) -> str:
     """What lhotse does with a state of ``world`` ranks loaded on ``other``: ``refused``
     with the start of its error, or the exactly-once outcome."""
-    quadratic = key == "lhotse-quadratic"
-    saver = _lhotse_sampler(lengths, world, 0, seed, max_tokens, context, quadratic)
+    quadratic, buckets = _lhotse_settings(key)
+    saver = _lhotse_sampler(lengths, world, 0, seed, max_tokens, context, quadratic, buckets)
     iterator = iter(saver)
     next(iterator)
     state = saver.state_dict()
-    loader = _lhotse_sampler(lengths, other, 0, seed, max_tokens, context, quadratic)
+    loader = _lhotse_sampler(lengths, other, 0, seed, max_tokens, context, quadratic, buckets)
     try:
         loader.load_state_dict(state)
     except Exception as error:  # lhotse asserts the same world size
@@ -301,13 +359,44 @@ SAMPLERS: dict[str, Callable[..., Shares | None]] = {
         for key in ("padded", "quadratic", "packed", "fixed")
     },
     "rebalance": _rebalance,
+    "rebalance-trainer": _rebalance_trainer,
     "trainer-grouped": _trainer_grouped,
     "lhotse": _lhotse(quadratic=False),
+    f"lhotse-{LHOTSE_TUNED}": _lhotse(quadratic=False, buckets=LHOTSE_TUNED),
     "lhotse-quadratic": _lhotse(quadratic=True),
+    f"lhotse-quadratic-{LHOTSE_TUNED}": _lhotse(quadratic=True, buckets=LHOTSE_TUNED),
     "trl-bfd": _trl_bfd,
 }
 #: Samplers measured as packed rows of the context length.
 PACKED = ("packed", "trl-bfd")
+#: Samplers whose limit is the quadratic budget (:func:`quadratic_budget`).
+QUADRATIC_KEYS = ("quadratic", "lhotse-quadratic", f"lhotse-quadratic-{LHOTSE_TUNED}")
+
+
+def ours_under(cost: TokenCost, max_tokens: int) -> Callable[[torch.Tensor, int, int, int], Shares]:
+    """Ours (:class:`~samplers.DistributedTokenBatchSampler`) under ``cost`` and
+    ``max_tokens`` (e.g. a fitted cost and its budget), as ``(lengths, world, epoch,
+    seed) -> shares``."""
+
+    def run(lengths: torch.Tensor, world: int, epoch: int, seed: int) -> Shares:
+        shares = []
+        for rank in range(world):
+            sampler = _quiet(
+                partial(
+                    DistributedTokenBatchSampler,
+                    lengths,
+                    max_tokens,
+                    world,
+                    rank,
+                    seed=seed,
+                    cost=cost,
+                )
+            )
+            sampler.set_epoch(epoch)
+            shares.append(_listed(sampler))
+        return shares
+
+    return run
 
 
 def resumes_elsewhere(
@@ -388,7 +477,7 @@ def measure(
             done, attention, beyond = _processed(key, batch, context)
             real += sum(batch)
             processed += done
-            if key in ("quadratic", "lhotse-quadratic"):
+            if key in QUADRATIC_KEYS:
                 beyond = len(batch) > 1 and done + attention > quadratic
             elif key not in PACKED:
                 beyond = len(batch) > 1 and done > max_tokens

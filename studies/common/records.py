@@ -1,0 +1,139 @@
+"""Committed records of measurements too costly for every report: what they name, how they
+are written and read.
+
+A finding whose measurement is expensive and whose result is a recorded fact (what a Ray
+cluster's restarts observed, the guarantee search's full outcome, bytes counted in fresh
+interpreters) renders a record under ``studies/data/`` instead of measuring it again. A
+record is allowed only when a documented command re-measures it, the record names its
+machine and versions, and a test re-runs a cheap sample of it and compares. This module
+holds the first two: every record starts with ``generated_by`` (the command that
+re-measures it, which also marks the file as a record), ``machine`` (:func:`machine`) and
+``versions`` (:func:`versions`).
+
+Guarantee: :func:`load` gives back exactly the object :func:`save` was given (JSON
+values), or raises :class:`RecordError` naming the file; :func:`save` replaces only a file
+carrying the same command, and writes it whole or not at all (a temporary file renamed
+over it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DATA",
+    "MARK",
+    "RecordError",
+    "cpu_model",
+    "load",
+    "machine",
+    "save",
+    "versions",
+    "write_whole",
+]
+
+#: Where the records live.
+DATA = Path(__file__).resolve().parents[1] / "data"
+#: The key whose value is the command that re-measures a record.
+MARK = "generated_by"
+
+
+class RecordError(ValueError):
+    """A record cannot be read, or may not be replaced; the message names the file."""
+
+
+def machine() -> dict[str, str]:
+    """The machine a record was measured on: processor, cores, memory, operating system."""
+    import psutil
+
+    return {
+        "CPU": cpu_model(),
+        "cores": str(os.cpu_count()),
+        "memory": f"{round(psutil.virtual_memory().total / 10**9)} GB",
+        "system": f"{platform.system()} {platform.machine()}",
+    }
+
+
+def versions(*distributions: str) -> dict[str, str]:
+    """Python's version and each distribution's (``"not installed"`` when missing)."""
+    found = {"Python": platform.python_version()}
+    for name in distributions:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def save(path: Path, command: str, content: dict[str, Any]) -> None:
+    """Write ``content`` to ``path`` as the record re-measured by ``command``.
+
+    Raises :class:`RecordError` when ``path`` exists and is not a record of ``command``.
+    """
+    path = Path(path)
+    if path.exists():
+        try:
+            load(path, command)
+        except RecordError:
+            raise RecordError(
+                f"{path} exists and is not a record of {command!r}: not replaced"
+            ) from None
+    write_whole(path, _text({MARK: command, **content}))
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it)."""
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    finally:
+        if os.path.exists(name):
+            os.unlink(name)
+
+
+def load(path: Path, command: str) -> dict[str, Any]:
+    """The record in ``path``, which ``command`` re-measures (``RecordError`` otherwise)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise RecordError(f"{path} cannot be read as a record: {error}") from None
+    if not isinstance(data, dict) or data.get(MARK) != command:
+        raise RecordError(f"{path} is not a record of {command!r} (its {MARK!r} differs)")
+    for key in ("machine", "versions"):
+        if not isinstance(data.get(key), dict):
+            raise RecordError(f"{path} does not name its {key}")
+    return data
+
+
+def _text(data: dict[str, Any]) -> str:
+    """The record as JSON: one line per top-level key, a list's items one per line."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n".join(f"    {json.dumps(item)}" for item in value)
+            lines.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what the platform says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"

@@ -1,0 +1,128 @@
+"""The packed benchmark (studies/bench/packed.py) at tiny sizes, and the speed finding's
+tables and sentences on its record, computed from the record's rows. No assertion depends
+on how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studies.bench import packed
+from studies.findings import packed_record
+
+
+def test_a_probe_in_a_fresh_process_measures_every_quantity() -> None:
+    for variant in packed.VARIANTS:
+        measured = packed.measure_in_fresh_process(variant, 3000, timeout=300)
+        assert set(measured) == set(packed.QUANTITIES)
+        assert 0 < measured["first batch (s)"] <= measured["whole epoch (s)"]
+        assert measured["peak RSS above baseline (MB)"] >= 0
+
+
+def test_the_inputs_are_the_documented_draws() -> None:
+    drawn = packed.lengths(5000)
+    assert drawn.dtype.is_floating_point is False
+    assert int(drawn.min()) >= 1 and int(drawn.max()) <= packed.MAX_LENGTH
+    assert packed.lengths(5000).equal(drawn)  # a function of the size and the seed
+    datasets, weights = packed.sources(10**6)
+    sizes = [len(d) for d in datasets]
+    assert len(sizes) == len(weights) == packed.SOURCES and sum(sizes) == 10**6
+    assert max(sizes) / min(sizes) > 100  # three orders of magnitude, nearly
+
+
+def test_a_record_of_tiny_sizes_has_every_cell(tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def measure(variant: str, size: int) -> dict[str, float]:
+        calls.append((variant, size))
+        return dict.fromkeys(packed.QUANTITIES, float(len(calls)))
+
+    made = packed.record([1000, 2000], repeats=2, measure=measure)
+    # Each repeat visits every variant in turn.
+    assert calls[:3] == [(v, 1000) for v in packed.VARIANTS]
+    assert len(made["rows"]) == 2 * len(packed.VARIANTS) * len(packed.QUANTITIES)
+    assert {row["processes"] for row in made["rows"]} == {2}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(made))
+    assert packed.load(path) == made
+    assert packed.load(tmp_path / "absent.json") is None
+
+
+def made_up(epochs: dict[str, float], first_at_largest: dict[str, float]) -> dict[str, Any]:
+    """A record at 10**6 and 10**8: each variant's epoch (s) at 10**6 as given and 100
+    times that at 10**8; its first batch 0.01 s at 10**6 and as given at 10**8."""
+    rows = []
+    for size, scale in ((10**6, 1), (10**8, 100)):
+        for variant in packed.VARIANTS:
+            first = 0.01 if size == 10**6 else first_at_largest.get(variant, 0.01)
+            values = {
+                packed_record.FIRST: first,
+                packed_record.EPOCH: epochs[variant] * scale,
+                packed_record.PEAK: 1.0,
+            }
+            for quantity, median in values.items():
+                rows.append(
+                    {
+                        "variant": variant,
+                        "size": size,
+                        "quantity": quantity,
+                        "median": median,
+                        "min": median,
+                        "max": median,
+                        "processes": 3,
+                    }
+                )
+    return {
+        "machine": {"cores": 2},
+        "threads": 1,
+        "world size": 8,
+        "rank": 7,
+        "max_length": 4096,
+        "rows_per_batch": 4,
+        "sources": 100,
+        "rows": rows,
+    }
+
+
+def test_the_tables_divide_medians_of_the_record() -> None:
+    record = made_up({"token": 1.0, "packed": 1.5, "packed mixture": 4.5}, {})
+    record["rows"] = [r for r in record["rows"] if r["size"] == 10**6]
+    epoch = packed_record.epoch_table(record)
+    assert epoch["packed / token"].tolist() == [1.5]
+    assert epoch["packed mixture / packed"].tolist() == [3.0]
+    assert epoch["packed mixture / token"].tolist() == [4.5]
+    first = packed_record.first_table(record)
+    assert first["packed: first batch (ms)"].tolist() == [10.0]
+
+
+@pytest.mark.parametrize(
+    ("epochs", "firsts", "said"),
+    [
+        (
+            {"token": 1.0, "packed": 1.5, "packed mixture": 2.0},
+            {"token": 0.1, "packed": 0.15, "packed mixture": 0.19},
+            ["both sizes within 2 x", "all 3 samplers within 0.2 s"],
+        ),
+        (
+            {"token": 1.0, "packed": 2.5, "packed mixture": 7.5},
+            {"token": 0.1, "packed": 0.3, "packed mixture": 0.4},
+            ["none of the 2 sizes within 2 x", "1 of the 3 samplers within 0.2 s"],
+        ),
+    ],
+)
+def test_the_sentences_count_against_the_targets(
+    epochs: dict[str, float], firsts: dict[str, float], said: list[str]
+) -> None:
+    text = packed_record.prose(made_up(epochs, firsts))
+    for words in said:
+        assert words in text
+    assert "100,000,000 samples" in text
+
+
+def test_without_a_record_the_finding_says_not_yet_recorded() -> None:
+    assert "not yet recorded" in packed_record.prose(None)
+    assert packed_record.COMMAND in packed_record.prose(None)
+    assert packed_record.tables(None) == ()
