@@ -366,7 +366,7 @@ class PlansUnderfoot(Strided):
         for index in share:
             done = self.position
             self.position = None  # planning
-            time.sleep(0.0005)
+            time.sleep(0.005)  # long enough for the reader to be scheduled on a loaded machine
             self.position = done
             yield index
             self.position = (self.position or 0) + 1
