@@ -126,3 +126,15 @@ def test_without_a_record_the_finding_says_not_yet_recorded() -> None:
     assert "not yet recorded" in packed_record.prose(None)
     assert packed_record.COMMAND in packed_record.prose(None)
     assert packed_record.tables(None) == ()
+
+
+def test_the_shared_epoch_timer_times_first_and_last_and_refuses_a_prepared_peak() -> None:
+    """``studies.bench.probe.timed_epoch``, which the token and packed probes share: the
+    first item comes no later than the last; with a slack far below 0 the high-water mark
+    always stands above the baseline plus the slack, so it refuses, naming why."""
+    from studies.bench.probe import timed_epoch
+
+    first, whole, peak = timed_epoch(lambda: iter(range(1000)))
+    assert 0 <= first <= whole and peak >= 0
+    with pytest.raises(RuntimeError, match="the peak would be the preparation's"):
+        timed_epoch(lambda: iter(range(3)), slack=-(1 << 40))

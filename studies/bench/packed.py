@@ -33,20 +33,17 @@ peak is the kernel's high-water mark (``ru_maxrss``) minus the baseline.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
-import resource
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from studies.bench.probe import in_fresh_interpreter
+from studies.bench.probe import in_fresh_interpreter, timed_epoch
 
 __all__ = [
     "MAX_LENGTH",
@@ -147,27 +144,11 @@ def _builder(variant: str, size: int, seed: int = 0) -> Callable[[], Iterator[An
 
 def probe(variant: str, size: int) -> dict[str, float]:
     """One measurement in this process (see the module)."""
-    import psutil
-
     torch.set_num_threads(THREADS)
     for _ in _builder(variant, 1000, seed=1)():
         pass  # warm-up: imports and first calls, on other lengths
-    build = _builder(variant, size)
-    gc.collect()
-    baseline = psutil.Process().memory_info().rss
-    start = time.perf_counter()
-    iterator = build()
-    next(iterator)
-    first = time.perf_counter()
-    for _ in iterator:
-        pass
-    end = time.perf_counter()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {
-        QUANTITIES[0]: first - start,
-        QUANTITIES[1]: end - start,
-        QUANTITIES[2]: max(peak - baseline, 0) / 10**6,
-    }
+    measured = timed_epoch(_builder(variant, size))
+    return dict(zip(QUANTITIES, measured, strict=True))
 
 
 def measure_in_fresh_process(variant: str, size: int, timeout: float = 3600) -> dict[str, float]:

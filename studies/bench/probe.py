@@ -46,11 +46,20 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BASELINE_SLACK", "WARM_UP_SIZE", "Probe", "in_fresh_interpreter", "measure", "run"]
+__all__ = [
+    "BASELINE_SLACK",
+    "WARM_UP_SIZE",
+    "Probe",
+    "in_fresh_interpreter",
+    "measure",
+    "run",
+    "timed_epoch",
+]
 
 #: How far the high-water mark may exceed the baseline RSS before building the variant.
 BASELINE_SLACK = 4 * 2**20
@@ -193,6 +202,39 @@ def run(probe: Probe) -> dict[str, Any]:
         "peak_bytes": max(0, _high_water_mark(resource) - baseline),
         "baseline_bytes": baseline,
     }
+
+
+def timed_epoch(
+    build: Callable[[], Iterator[Any]], slack: int | None = None
+) -> tuple[float, float, float]:
+    """Seconds from calling ``build`` to its first item and to its last, and the MB the
+    process's high-water mark then stands above the resident set measured just before
+    (after a full garbage collection). With ``slack``, refuses (``RuntimeError``) when the
+    high-water mark already passes that resident set by more than ``slack`` bytes: the
+    peak would then be the preparation's, not the sampler's."""
+    import gc
+    import resource
+    import time
+
+    import psutil
+
+    gc.collect()  # no collection owed by earlier work on the clock
+    baseline = psutil.Process().memory_info().rss
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if slack is not None and before > baseline + slack:
+        raise RuntimeError(
+            f"preparing the input left a high-water mark {(before - baseline) / 10**6:,.0f} MB "
+            "above the baseline: the peak would be the preparation's, not the sampler's"
+        )
+    start = time.perf_counter()
+    iterator = build()
+    next(iterator)
+    first = time.perf_counter()
+    for _ in iterator:
+        pass
+    end = time.perf_counter()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return first - start, end - start, max(peak - baseline, 0) / 10**6
 
 
 def _high_water_mark(resource: Any) -> int:

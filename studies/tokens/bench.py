@@ -25,12 +25,9 @@ epoch minus the baseline.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import resource
 import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -38,7 +35,7 @@ from typing import Any
 
 import torch
 
-from studies.bench.probe import in_fresh_interpreter
+from studies.bench.probe import in_fresh_interpreter, timed_epoch
 
 __all__ = [
     "LARGEST",
@@ -134,34 +131,13 @@ def _input(name: str, size: int) -> Any:
 
 def probe(name: str, size: int, batch_size: int) -> dict[str, float]:
     """One measurement in this process (see the module), on :data:`THREADS` thread(s)."""
-    import psutil
-
     torch.set_num_threads(THREADS)
     warnings.simplefilter("ignore", UserWarning)
     for _ in _batches(name, _input(name, 1000), 1000, batch_size)():
         pass  # warm-up: one-off imports and initialisation
     build = _batches(name, _input(name, size), size, batch_size)
-    gc.collect()  # as in the main benchmark: no collection owed by earlier work on the clock
-    baseline = psutil.Process().memory_info().rss
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if before > baseline + SLACK:
-        raise RuntimeError(
-            f"preparing the input left a high-water mark {(before - baseline) / 10**6:,.0f} MB "
-            "above the baseline: the peak would be the preparation's, not the sampler's"
-        )
-    start = time.perf_counter()
-    iterator = build()
-    next(iterator)
-    first = time.perf_counter()
-    for _ in iterator:
-        pass
-    end = time.perf_counter()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {
-        QUANTITIES[0]: first - start,
-        QUANTITIES[1]: end - start,
-        QUANTITIES[2]: max(peak - baseline, 0) / 10**6,
-    }
+    measured = timed_epoch(build, SLACK)
+    return dict(zip(QUANTITIES, measured, strict=True))
 
 
 def measure_in_fresh_process(
