@@ -8,6 +8,7 @@ same measurements.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -18,7 +19,7 @@ from studies import findings
 from studies.core.cases import EXPERIMENT, Case
 from studies.core.evaluation import exact_accuracy, is_correct
 from studies.core.simulate import case_rows
-from studies.engines.case_runs import Run
+from studies.engines.case_runs import Run, run_many
 from studies.engines.collectives import (
     COLLECTIVES,
     COLUMNS,
@@ -32,14 +33,41 @@ from studies.engines.versus_simulation import (
     MISMATCH_COLUMNS,
     Comparison,
     compare,
+    recorded,
     verification_runs,
 )
 from studies.findings import collective_evaluation, real_processes
 
 
 @pytest.fixture(scope="module")
-def comparison() -> Comparison:
-    return real_processes.comparison()
+def launched() -> list[list[dict[str, Any]]]:
+    """What every verification run receives in real processes, launched now."""
+    return run_many([run for _, run in verification_runs()])
+
+
+@pytest.fixture(scope="module")
+def comparison(launched: list[list[dict[str, Any]]]) -> Comparison:
+    labelled = verification_runs()
+    return compare(
+        [run for _, run in labelled], labels=[label for label, _ in labelled], real=launched
+    )
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(240)
+def test_the_record_is_what_real_processes_receive_now(
+    launched: list[list[dict[str, Any]]],
+) -> None:
+    """The report renders the record (python -m studies.engines.versus_simulation
+    --record); every run launched again receives exactly what it holds."""
+    assert recorded() == launched
+    assert real_processes.comparison().matches.equals(
+        compare(
+            [run for _, run in verification_runs()],
+            labels=[label for label, _ in verification_runs()],
+            real=launched,
+        ).matches
+    )
 
 
 @pytest.fixture(scope="module")

@@ -254,9 +254,12 @@ def test_the_findings_that_render_records_measure_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What makes the report fast, checked without a clock: the engines finding (a Ray
-    cluster, minutes) and the cost finding (fresh interpreters) render their committed
-    records, starting no cluster and no process."""
-    from studies.engines import ray_record, ray_runs
+    cluster, minutes), the cost finding (fresh interpreters) and the real-processes
+    finding (36 ranks) render their committed records, starting no cluster and no
+    process, and the mixtures finding's table reads no Hugging Face mix."""
+    from studies.engines import case_runs, ray_record, ray_runs
+    from studies.findings import mixtures, real_processes
+    from studies.mixtures import ways
 
     def measured(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finding measured instead of rendering its record")
@@ -267,13 +270,16 @@ def test_the_findings_that_render_records_measure_nothing(
         (ray_runs, "cluster"),
         (cost, "measure_in_fresh_process"),
         (cost, "_fresh_rows"),
+        (case_runs, "launch"),
         (subprocess, "run"),
         (subprocess, "Popen"),
+        (ways.HuggingFace, "__iter__"),
     ):
         monkeypatch.setattr(owner, name, measured)
-    for module in (engines, cost):
+    for module in (engines, cost, real_processes):
         assert not is_slow(module)
         assert build(module).tables
+    assert set(mixtures.table()["sampler"]) >= set(mixtures.RECORDED)
 
 
 def test_the_progress_lines_are_read_as_the_parts_seconds(
@@ -306,6 +312,15 @@ def test_the_measured_report_fits_its_budget_silently_with_every_part() -> None:
     assert sorted(parts) == sorted(["cases and summary", *(m.NAME for m in modules())]), (
         f"the report's parts changed since it was measured: {report_time.COMMAND}"
     )
+
+
+def test_the_readme_and_getting_started_say_the_measured_time() -> None:
+    """The time a newcomer reads before running the main command is the recorded one."""
+    said = f"`dsampler report` took {report_time.duration(report_time.load()['seconds'])}"
+    root = Path(report_time.__file__).resolve().parents[1]
+    for page in (root / "README.md", root / "docs" / "getting-started.md"):
+        assert said in " ".join(page.read_text().split()), page
+    assert report_time.duration(59.4) == "59 s" and report_time.duration(125.4) == "2 min 5 s"
 
 
 def test_the_cli_guide_shows_the_measured_run() -> None:

@@ -194,3 +194,17 @@ def test_the_fit_predicts_epochs_and_the_goal_by_hand() -> None:
     assert goal["ours fitted shorter by"] == pytest.approx(1 - ours["predicted epoch (s)"] / 3.0)
     met = ours["predicted straggler ratio"] <= 1.03 and goal["ours fitted shorter by"] >= 0.03
     assert goal["goal met (predicted)"] == ("yes" if met else "no")
+
+
+def test_the_recorded_lhotse_runs_are_what_lhotse_gives_now(finding) -> None:
+    """The record (python -m studies.findings.token_costs --record) holds every lhotse
+    run the table shows; a sample of them, run again, is the same, and the finding says
+    where its rows come from."""
+    recorded = token_costs.PEERS.load()
+    assert {key for _, _, key in recorded} == set(token_costs.RECORDED)
+    assert len(token_costs.RECORDED) == 4
+    data, world = "lognormal", 4
+    for key in ("lhotse", f"lhotse-quadratic-{LHOTSE_TUNED}"):
+        assert token_costs.PEERS.row(data, world, key) == recorded[(data, world, key)]
+    assert "studies/data/token-costs-peers.json" in finding.prose
+    assert token_costs.COMMAND in finding.prose

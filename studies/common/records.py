@@ -22,6 +22,8 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ __all__ = [
     "DATA",
     "MARK",
     "RecordError",
+    "Rows",
     "cpu_model",
     "load",
     "machine",
@@ -125,6 +128,91 @@ def _text(data: dict[str, Any]) -> str:
         else:
             lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
     return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows of a finding's table that come from running a peer's code too costly for every
+    report, recorded one per key.
+
+    ``measure(*key)`` computes the row of ``key`` (a dict of JSON values; numpy scalars
+    are stored as Python numbers), ``keys()`` lists the keys the table needs, in its
+    order, and ``settings()`` what the rows depend on besides the code and the versions
+    (sizes, seeds, weights): a record made with other settings, or without a row the
+    table needs, is refused with the command that re-measures it.
+
+    Guarantee: :meth:`load` gives back, for every key of ``keys()``, the row
+    ``measure(*key)`` returned when :meth:`save` ran, equal as JSON values (a test runs a
+    cheap key again and compares it with :meth:`load`'s).
+    """
+
+    path: Path
+    command: str
+    measure: Callable[..., dict[str, Any]]
+    keys: Callable[[], Sequence[tuple[Hashable, ...]]]
+    settings: Callable[[], dict[str, Any]]
+    #: The distributions whose versions the record names (Python's always).
+    distributions: tuple[str, ...]
+
+    def row(self, *key: Hashable) -> dict[str, Any]:
+        """``measure(*key)`` as the record stores it (JSON values)."""
+        return _json_values(self.measure(*key))
+
+    def save(self) -> None:
+        """Measure every key and write the record (whole or not at all)."""
+        rows = [{"key": list(key), "row": self.row(*key)} for key in self.keys()]
+        content = {
+            "machine": machine(),
+            "versions": versions(*self.distributions),
+            "settings": _json_values(self.settings()),
+            "rows": rows,
+        }
+        save(self.path, self.command, content)
+
+    def load(self) -> dict[tuple[Hashable, ...], dict[str, Any]]:
+        """Every key's recorded row (:class:`RecordError` naming the file and the command
+        when the record is missing, is not this one, or was made with other settings or
+        for other keys)."""
+        data = load(self.path, self.command)
+        if data.get("settings") != _json_values(self.settings()):
+            raise RecordError(
+                f"{self.path} was recorded with other settings than the code's now: "
+                f"re-measure it with {self.command}"
+            )
+        rows = {tuple(item["key"]): item["row"] for item in data.get("rows", [])}
+        missing = [key for key in self.keys() if tuple(key) not in rows]
+        if missing:
+            raise RecordError(
+                f"{self.path} has no row for {missing[0]!r}: re-measure it with {self.command}"
+            )
+        return {tuple(key): rows[tuple(key)] for key in self.keys()}
+
+    def provenance(self, why: str, what: str, test: str) -> str:
+        """A sentence for a finding: ``why`` measuring is costly, so it renders ``what``
+        from this record, where it is, the command that re-measures it, ``test`` (which
+        runs some of it again and compares), and the machine and versions it names."""
+        data = load(self.path, self.command)
+        root = DATA.parents[1]
+        where = self.path.relative_to(root) if self.path.is_relative_to(root) else self.path
+        return (
+            f"{why}, so this finding renders {what} from a record (`{where}`, made with "
+            f"`{self.command}`, which re-measures it; {test}): on "
+            + ", ".join(f"{key} {value}" for key, value in data["machine"].items())
+            + "; "
+            + ", ".join(f"{key} {value}" for key, value in data["versions"].items())
+            + "."
+        )
+
+
+def _json_values(value: Any) -> Any:
+    """``value`` as JSON gives it back (tuples as lists, numpy scalars as numbers)."""
+
+    def plain(item: Any) -> Any:
+        if hasattr(item, "item") and callable(item.item):
+            return item.item()
+        raise TypeError(f"{item!r} ({type(item).__name__}) is not a JSON value")
+
+    return json.loads(json.dumps(value, default=plain))
 
 
 def cpu_model() -> str:

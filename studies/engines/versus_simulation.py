@@ -6,6 +6,12 @@ workers) and in-process with :func:`studies.core.simulate.case_rows` (no workers
 compares the tidy rows exactly: same batches, same indices, same order.
 :func:`verification_runs` is the set the report checks: the shared experiment plus a
 grid over world sizes 1 to 8.
+
+Launching them takes minutes on two cores, and what the ranks received is a fact of
+torch's and this checkout's code, so the report renders :data:`PROCESSES`, a record of
+what every verification run received (:func:`recorded`): ``python -m
+studies.engines.versus_simulation --record`` re-measures it, and
+``tests/test_real_processes.py`` runs them all again in real processes and compares.
 """
 
 from __future__ import annotations
@@ -17,18 +23,22 @@ from typing import Any
 
 import pandas as pd
 
+from studies.common import records
 from studies.core.cases import CASE_COLUMNS, EXPERIMENT, Case, Implementation
-from studies.core.simulate import COLUMNS, case_rows
+from studies.core.simulate import COLUMNS, case_rows, tidy_rows
 from studies.engines.case_runs import Run, run_many
 from studies.engines.local_ranks import DEFAULT_TIMEOUT
 
 __all__ = [
+    "COMMAND",
     "MATCH_COLUMNS",
     "MISMATCH_COLUMNS",
+    "PROCESSES",
     "Agreement",
     "Comparison",
     "agreement",
     "compare",
+    "recorded",
     "verification_runs",
 ]
 
@@ -112,17 +122,21 @@ def compare(
     *,
     labels: Sequence[str] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    real: Sequence[list[dict[str, Any]]] | None = None,
 ) -> Comparison:
     """Run every run in real processes and in the simulation; compare rows exactly.
 
     ``labels`` names each run in the tables (default: ``run <i>``). One launch per world
-    size; ``timeout`` bounds each launch.
+    size; ``timeout`` bounds each launch. ``real``: each run's rows from real processes
+    measured before (:func:`recorded`), instead of launching them.
     """
     runs = list(runs)
     labels = [f"run {i}" for i in range(len(runs))] if labels is None else list(labels)
     if len(labels) != len(runs):
         raise ValueError(f"labels must name each of the {len(runs)} runs, got {len(labels)}")
-    real_tables = run_many(runs, timeout=timeout)
+    if real is not None and len(real) != len(runs):
+        raise ValueError(f"real must hold the rows of each of the {len(runs)} runs")
+    real_tables = run_many(runs, timeout=timeout) if real is None else list(real)
     summary: list[dict[str, Any]] = []
     differing: list[dict[str, Any]] = []
     for label, run, real in zip(labels, runs, real_tables, strict=True):
@@ -172,6 +186,61 @@ def verification_runs() -> list[tuple[str, Run]]:
     return runs
 
 
+#: The command that re-measures :data:`PROCESSES`.
+COMMAND = "python -m studies.engines.versus_simulation --record"
+
+
+def _received(world_size: int) -> dict[str, Any]:
+    """What each verification run of ``world_size`` received in real processes (one
+    launch): per run, its ``[rank, epoch, batch, indices]`` rows in table order."""
+    runs = [run for _, run in verification_runs() if run.case.world_size == world_size]
+    return {
+        "received": [
+            [[row["rank"], row["epoch"], row["batch"], row["indices"]] for row in table]
+            for table in run_many(runs)
+        ]
+    }
+
+
+def _world_sizes() -> list[tuple[int]]:
+    return [(size,) for size in sorted({run.case.world_size for _, run in verification_runs()})]
+
+
+def _settings() -> dict[str, Any]:
+    """The verification runs, each as its label, case and DataLoader workers."""
+    return {
+        "runs": [
+            [label, run.case.key(), run.num_workers, run.persistent_workers]
+            for label, run in verification_runs()
+        ]
+    }
+
+
+#: What the verification runs received in real processes, by world size.
+PROCESSES = records.Rows(
+    records.DATA / "real-processes.json", COMMAND, _received, _world_sizes, _settings, ("torch",)
+)
+
+
+def recorded(runs: Sequence[Run] | None = None) -> list[list[dict[str, Any]]]:
+    """Each of ``runs``' (default: the verification runs') tidy rows from real processes,
+    as :data:`PROCESSES` recorded them (``RecordError`` when the record was made for
+    other runs)."""
+    runs = [run for _, run in verification_runs()] if runs is None else list(runs)
+    received = PROCESSES.load()
+    tables: list[list[dict[str, Any]]] = []
+    seen: dict[int, int] = {}
+    for run in runs:
+        size = run.case.world_size
+        rows = received[(size,)]["received"][seen.get(size, 0)]
+        seen[size] = seen.get(size, 0) + 1
+        by_rank: list[list[tuple[int, int, list[int]]]] = [[] for _ in range(size)]
+        for rank, epoch, batch, indices in rows:
+            by_rank[rank].append((epoch, batch, indices))
+        tables.append(tidy_rows(run.case, by_rank))
+    return tables
+
+
 def _grid_case(
     k: int,
     world_size: int,
@@ -194,3 +263,12 @@ def _grid_case(
 
 def _loader(run: Run) -> dict[str, Any]:
     return {"num_workers": run.num_workers, "persistent_workers": run.persistent_workers}
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--record"]:
+        sys.exit(f"usage: {COMMAND}")
+    PROCESSES.save()
+    print(f"wrote {PROCESSES.path}", file=sys.stderr)

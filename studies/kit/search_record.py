@@ -27,12 +27,10 @@ of cells to compare with it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ import pandas as pd
 from samplers import testing
 from studies.common import records
 from studies.common.extras import require
+from studies.common.parts import spawned_pool
 from studies.kit.cli import counterexample_text
 from studies.kit.peers import COLUMNS, Column
 
@@ -193,8 +192,7 @@ def search(
     arguments = ([full] * len(names), [cells] * len(names), [fresh] * len(names))
     if workers == 1:
         return {name: check_column(name, full, cells, fresh) for name in names}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with spawned_pool(workers) as pool:
         found = pool.map(check_column, names, *arguments)
         return dict(zip(names, found, strict=True))
 
