@@ -138,3 +138,21 @@ def test_the_shared_epoch_timer_times_first_and_last_and_refuses_a_prepared_peak
     assert 0 <= first <= whole and peak >= 0
     with pytest.raises(RuntimeError, match="the peak would be the preparation's"):
         timed_epoch(lambda: iter(range(3)), slack=-(1 << 40))
+
+
+def test_the_documented_record_command_runs(tmp_path: Path) -> None:
+    """``python -m studies.bench.packed --record`` (narrowed to a tiny size), as a user
+    runs it: each probe starts this module by name in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "packed.json"
+    command = [sys.executable, "-m", "studies.bench.packed", "--record", "--sizes", "2000"]
+    command += ["--variants", "token", "packed", "--repeats", "1", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    made = json.loads(out.read_text())
+    assert {(row["variant"], row["size"]) for row in made["rows"]} == {
+        ("token", 2000),
+        ("packed", 2000),
+    }

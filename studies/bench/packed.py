@@ -153,7 +153,8 @@ def probe(variant: str, size: int) -> dict[str, float]:
 
 def measure_in_fresh_process(variant: str, size: int, timeout: float = 3600) -> dict[str, float]:
     """:func:`probe` in a new interpreter; ``RuntimeError`` with its stderr if it fails."""
-    done = in_fresh_interpreter(__name__, ["--probe", variant, str(size)], timeout)
+    # Named, not __name__: run as ``python -m studies.bench.packed`` this module is __main__.
+    done = in_fresh_interpreter("studies.bench.packed", ["--probe", variant, str(size)], timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{variant} at {size:,} failed:\n{done.stderr}")
     measured: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
