@@ -55,6 +55,10 @@ STAGES = ("init", "attribute", "set_epoch", "iter")
 class NoLength:
     """A dataset object without ``__len__``."""
 
+    def __repr__(self) -> str:
+        # A test id holds it: the default repr's address differs between xdist workers.
+        return "NoLength()"
+
 
 def _run(sampler_class: type, stage: str, name: str, value: Any) -> tuple[str, Any]:
     """("ok", indices) or (stage where it raised, the exception)."""
