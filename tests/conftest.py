@@ -11,6 +11,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+#: Which tests run together under pytest-xdist (tests/xdist_groups.py).
+pytest_plugins = ["xdist_groups"]
+
 PROFILE_VARIABLE = "DSAMPLER_HYPOTHESIS_PROFILE"
 
 settings.register_profile(
@@ -53,15 +56,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
             f"composition matrix: {sum(ended.values())} of {len(composition.all_cells())} "
             f"cells run ({shown}); DSAMPLER_COMPOSITION=full runs them all"
         )
-
-
-def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, as the README's test command runs),
-    the tests that start real processes (``processes``, ``install``) run one after the
-    other in one worker, while the others share the rest: two torchrun jobs at once on
-    two cores would time each other out. Without xdist the mark changes nothing."""
-    import pytest
-
-    for item in items:
-        if item.get_closest_marker("processes") or item.get_closest_marker("install"):
-            item.add_marker(pytest.mark.xdist_group("processes"))

@@ -66,3 +66,17 @@ def test_a_record_of_another_command_is_not_replaced(tmp_path: Path) -> None:
     with pytest.raises(records.RecordError, match="not replaced"):
         _rows(path, {}, [("a", 1)]).save()
     assert "something else" in path.read_text()
+
+
+def test_rows_command_line_records_only_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rows.json"
+    rows = _rows(path, {"sizes": (1,)}, [("a", 1)])
+    for wrong in ([], ["--recrd"], ["--record", "extra"]):
+        with pytest.raises(SystemExit, match=f"usage: {COMMAND}"):
+            rows.main(wrong)
+        assert not path.exists()
+    rows.main(["--record"])
+    assert rows.load() == {("a", 1): rows.row("a", 1)}
+    assert f"wrote {path}" in capsys.readouterr().err

@@ -187,6 +187,18 @@ class Rows:
             )
         return {tuple(key): rows[tuple(key)] for key in self.keys()}
 
+    def main(self, arguments: Sequence[str] | None = None) -> None:
+        """The record's command line: ``--record`` measures every key and writes the
+        record (:meth:`save`), naming the file on stderr; anything else exits with the
+        usage (the command)."""
+        import sys
+
+        given = sys.argv[1:] if arguments is None else list(arguments)
+        if given != ["--record"]:
+            sys.exit(f"usage: {self.command}")
+        self.save()
+        print(f"wrote {self.path}", file=sys.stderr)
+
     def provenance(self, why: str, what: str, test: str) -> str:
         """A sentence for a finding: ``why`` measuring is costly, so it renders ``what``
         from this record, where it is, the command that re-measures it, ``test`` (which

@@ -266,9 +266,4 @@ def _loader(run: Run) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--record"]:
-        sys.exit(f"usage: {COMMAND}")
-    PROCESSES.save()
-    print(f"wrote {PROCESSES.path}", file=sys.stderr)
+    PROCESSES.main()

@@ -361,9 +361,4 @@ def build() -> Evidence:
 
 
 if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--record"]:
-        sys.exit(f"usage: {COMMAND}")
-    PEERS.save()
-    print(f"wrote {PEERS.path}", file=sys.stderr)
+    PEERS.main()

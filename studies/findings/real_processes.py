@@ -22,14 +22,13 @@ GUARDED_BY = "tests/test_real_processes.py::test_real_processes_match_simulation
 SECONDS = 2
 
 
-def comparison(*, live: bool = False) -> Comparison:
+def comparison() -> Comparison:
     """Every verification run compared with its simulation: what the runs received in
-    real processes as recorded (:data:`~studies.engines.versus_simulation.PROCESSES`), or
-    with ``live=True`` launched now (one launch per world size)."""
+    real processes as recorded (:data:`~studies.engines.versus_simulation.PROCESSES`;
+    ``tests/test_real_processes.py`` launches them again and compares)."""
     labelled = verification_runs()
     runs = [run for _, run in labelled]
-    real = None if live else recorded(runs)
-    return compare(runs, labels=[label for label, _ in labelled], real=real)
+    return compare(runs, labels=[label for label, _ in labelled], real=recorded(runs))
 
 
 def by_world_size(result: Comparison) -> pd.DataFrame:

@@ -1,0 +1,109 @@
+"""The test command's grouping under pytest-xdist (tests/xdist_groups.py) takes effect:
+a small suite run with ``-n 2 --dist loadgroup`` and the plugin runs each group in one
+worker, and a module's shared fixture is built once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+#: As the README's test command runs the suite (no cache written into the temporary suite).
+XDIST = ("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider")
+
+_RECORDING = """
+import os
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "ran.log"
+
+
+def note(group, what):
+    with LOG.open("a") as log:
+        log.write(f"{group} {what} {os.environ.get('PYTEST_XDIST_WORKER', 'none')}\\n")
+"""
+
+_PROCESSES = (
+    _RECORDING
+    + """
+
+@pytest.fixture(scope="module")
+def launched():
+    note("processes", "setup")
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("n", range(4))
+def test_launch(launched, n):
+    note("processes", n)
+
+
+@pytest.mark.install
+def test_install():
+    note("processes", "install")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_alone(n):
+    note("alone", n)
+"""
+)
+
+_SHARED = (
+    _RECORDING
+    + """
+
+@pytest.fixture(scope="module")
+def built():
+    note("shared", "setup")
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_reads(built, n):
+    note("shared", n)
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_alone_too(n):
+    note("alone", n)
+"""
+)
+
+
+@pytest.mark.timeout(180)
+def test_each_group_runs_in_one_worker_and_builds_its_fixture_once(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    (tmp_path / "test_processes.py").write_text(textwrap.dedent(_PROCESSES))
+    (tmp_path / "test_shared.py").write_text(textwrap.dedent(_SHARED))
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    processes: real processes\n    install: installs\n"
+        "    xdist_group(name): a group\n"
+    )
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *XDIST, "-p", "xdist_groups", "-q", str(tmp_path)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = [line.split() for line in (tmp_path / "ran.log").read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for group, _, worker in ran:
+        workers.setdefault(group, set()).add(worker)
+    setups = [group for group, what, _ in ran if what == "setup"]
+    assert sorted(setups) == ["processes", "shared"], ran
+    assert len(ran) == 2 + 5 + 4 + 12, ran
+    assert len(workers["processes"]) == 1, workers
+    assert len(workers["shared"]) == 1, workers
+    # The tests of no group were shared out: xdist ran them on both workers.
+    assert workers["alone"] == {"gw0", "gw1"}, workers
