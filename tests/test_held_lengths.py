@@ -396,3 +396,61 @@ def test_a_length_the_first_chunk_reads_changed_past_the_built_ones_is_refused(
     assert next(iter(sampler)) == next(
         iter(DistributedTokenBatchSampler(lengths, 1000, 1, 0, window=1000))
     )
+
+
+def _packed_samplers(lengths: Any) -> dict[str, Any]:
+    from samplers import DistributedPackedBatchSampler, DistributedPackedMixtureSampler
+
+    half = len(lengths) // 2
+    return {
+        "packed": DistributedPackedBatchSampler(lengths, 400, 2, 3, 2),
+        "packed mixture": DistributedPackedMixtureSampler(
+            [range(half), range(len(lengths) - half)], [2, 1], lengths, 400, 2, 3, 2
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["packed", "packed mixture"])
+def test_the_packed_samplers_first_batch_reads_the_callers_tensor_as_the_token_samplers(
+    name: str,
+) -> None:
+    """Building a packed sampler and planning its first chunk (one window) copies nothing;
+    the copy comes with the next chunk, and the batches are those of a sampler that copied
+    first."""
+    lengths = _lengths(20_000)
+    sampler = _packed_samplers(lengths)[name]
+    copied_first = _packed_samplers(lengths)[name]
+    copied_first._held.owned()
+    iterator = iter(sampler)
+    first = next(iterator)
+    given = sampler._held.given
+    assert given is not None and given.data_ptr() == lengths.data_ptr()
+    assert sampler.order().chunk_windows == 1 and sampler.order().chunks >= 2
+    rest = list(iterator)
+    assert sampler._held.given is None
+    assert [first, *rest] == list(copied_first)
+
+
+def test_a_change_that_moves_tokens_between_sources_before_the_copy_is_refused() -> None:
+    """The packed mixture's token weights come from each source's sum, read when it is
+    built: lengths swapped between two sources before the copy keep the total and the
+    longest, but the copy is refused, naming the source."""
+    values = _lengths(20_000).numpy().copy()
+    sampler = _packed_samplers(values)["packed mixture"]
+    iterator = iter(sampler)
+    next(iterator)
+    read = set(sampler._held._read[0].tolist())
+    i = next(k for k in range(10_000) if k not in read)
+    j = next(k for k in range(10_000, 20_000) if k not in read and values[k] != values[i])
+    values[[i, j]] = values[[j, i]]
+    with pytest.raises(RuntimeError, match=r"the lengths of part 0 \(samples 0 to 10000\)"):
+        list(iterator)
+
+
+def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
+    values = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    lengths = HeldLengths(values, parts=(3, 5, 8))
+    assert lengths.part_totals == (8, 6, 17) and lengths.total == 31
+    values[5], values[0] = 3, 9  # the sum and the longest kept, parts 0 and 2 moved
+    with pytest.raises(RuntimeError, match=r"part 0 \(samples 0 to 3\) summed to 8, now 14"):
+        lengths.owned()

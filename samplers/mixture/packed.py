@@ -28,7 +28,7 @@ from samplers.options import Tail
 from samplers.plan import EpochPlan
 from samplers.tokens.checks import choice, lengths_tensor, token_tail
 from samplers.tokens.cost import CostLike, TokenCost, as_cost
-from samplers.tokens.held import HeldLengths, length_sum
+from samplers.tokens.held import HeldLengths
 from samplers.tokens.packed import DistributedPackedBatchSampler
 from samplers.tokens.packing import PackedOrder, default_packing_window
 from samplers.tokens.pieces import PieceDataset, Pieces, Split
@@ -150,15 +150,16 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                 f"({sum(sizes)} in sources of sizes {list(sizes)}), got {documents.numel()}"
             )
         self.pieces = Pieces.of(documents, split, self.max_length)
-        self._held = HeldLengths.copied(self.pieces.lengths)
-        held = self._held.owned()
         # Each source's pieces: from its first document's first piece to the next one's.
         starts = torch.tensor([sum(sizes[:d]) for d in range(len(sizes))], dtype=torch.int64)
         first, _ = self.pieces.pieces_of(starts)
         bounds = [*first.tolist(), len(self.pieces)]
         piece_sizes = tuple(b - a for a, b in itertools.pairwise(bounds))
+        # Checked and summed per source now, copied when first needed (as the packed
+        # sampler's): the copy is refused unless every source sums to the same.
+        self._held = HeldLengths(self.pieces.lengths, parts=tuple(bounds[1:]))
         #: Each source's total length (its tokens).
-        self.source_tokens = tuple(length_sum(held[a:b]) for a, b in itertools.pairwise(bounds))
+        self.source_tokens = self._held.part_totals
         self.max_tokens = self.max_length * self.rows_per_batch
         self.tail = token_tail(tail)
         self.cost = model.kind if model == TokenCost(model.kind) else model
@@ -177,7 +178,10 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
             sizes=piece_sizes,
         )
         self.window = (
-            min(default_packing_window(held, self.max_length), self.epoch_length)
+            min(
+                default_packing_window(self._held.current, self.max_length, total=self._held.total),
+                self.epoch_length,
+            )
             if window is None
             else checks.positive("window", window)
         )
@@ -249,7 +253,7 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
         )
         if self._order is None or self._order[0] != key:
             order = PackedOrder(
-                self._held.owned(),
+                self._held.current,
                 self.max_length,
                 self.rows_per_batch,
                 model,
@@ -259,6 +263,7 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                 epoch=stream.epoch,
                 permutation="feistel",
                 stream=stream,
+                source=self._held,
             )
             self._order, self._layouts = (key, order), {}
         found = self._order[1]

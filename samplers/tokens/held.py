@@ -8,7 +8,9 @@ is built (no negative one; the largest and the exact sum, which fix the default 
 reads the first chunk's lengths from the caller's tensor, and makes the copy when it is
 next needed: planning another chunk (a one-chunk epoch copies at once), the length
 digest of a state, a pickle, or anything else that asks for :meth:`HeldLengths.owned`.
-The copy is checked against what was planned before it. :func:`length_sum` and
+The copy is checked against what was planned before it, and against each part's sum
+when the lengths come in parts (``parts=``: the packed mixture's sources, whose sums
+set its token weights). :func:`length_sum` and
 :func:`length_digest` read lengths a chunk at a time (the exact sum; a digest of them in
 order).
 """
@@ -66,12 +68,19 @@ class HeldLengths:
     later as they are (inference tensors), are copied at once.
     """
 
-    def __init__(self, given: torch.Tensor) -> None:
+    def __init__(self, given: torch.Tensor, *, parts: tuple[int, ...] = ()) -> None:
         #: The caller's tensor, until the copy is made.
         self.given: torch.Tensor | None = given
         self.size = given.numel()
         #: The largest length (0 for no lengths) and the exact sum.
         self.longest, self.total = _scan(given)
+        #: Where parts of the lengths end (e.g. a mixture's sources), and each part's exact
+        #: sum, read now; the copy is refused unless its parts sum to the same.
+        self.parts = parts
+        bounds = (0, *parts)
+        self.part_totals = tuple(
+            length_sum(given[a:b]) for a, b in zip(bounds, parts, strict=False)
+        )
         #: The copy's dtype.
         self.dtype = copy_dtype(self.longest)
         self._copy: torch.Tensor | None = None
@@ -171,6 +180,16 @@ class HeldLengths:
             raise RuntimeError(
                 f"lengths changed after the sampler was built (before it made its own copy): "
                 f"{change}; build the sampler again from the new lengths"
+            )
+        bounds = (0, *self.parts)
+        sums = tuple(length_sum(copy[a:b]) for a, b in zip(bounds, self.parts, strict=False))
+        if sums != self.part_totals:
+            part = next(d for d, total in enumerate(self.part_totals) if sums[d] != total)
+            raise RuntimeError(
+                f"lengths changed after the sampler was built (before it made its own copy): "
+                f"the lengths of part {part} (samples {bounds[part]} to {bounds[part + 1]}) "
+                f"summed to {self.part_totals[part]}, now {sums[part]}; build the sampler "
+                "again from the new lengths"
             )
         if self._read is not None:
             indices, values = self._read

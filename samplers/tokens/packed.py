@@ -154,14 +154,16 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
             permutation=permutation,
             group=group,
         )
-        if window is None:
-            self.window = default_packing_window(self._held.owned(), self.max_length)
+        if window is None:  # from the lengths' size and sum, checked once: nothing copied
+            self.window = default_packing_window(
+                self._held.current, self.max_length, total=self._held.total
+            )
         self._warn_over_length()
 
     def _warn_over_length(self) -> None:
+        if self._held.size == 0 or self._held.longest <= self.max_length:
+            return  # the usual case: the lengths are neither read again nor copied here
         lengths = self._held.owned()
-        if lengths.numel() == 0 or self._held.longest <= self.max_length:
-            return
         count = int((lengths > self.max_length).sum())
         longest = int(lengths.argmax())
         warnings.warn(
@@ -208,8 +210,10 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
         if self._order is None or self._order[0] != key:
             if shuffle:
                 checks.shuffle_key_fits(seed, epoch, permutation)
+            # As the token sampler: the first chunk reads the caller's lengths, the rest
+            # plans from the sampler's own copy (made then), so the first batch comes at once.
             order = PackedOrder(
-                self._held.owned(),
+                self._held.current,
                 self.max_length,
                 self.rows_per_batch,
                 model,
@@ -218,6 +222,7 @@ class DistributedPackedBatchSampler(DistributedTokenBatchSampler):
                 seed=seed,
                 epoch=epoch,
                 permutation=permutation,
+                source=self._held,
             )
             self._order, self._layouts = (key, order), {}
         found = self._order[1]

@@ -38,7 +38,7 @@ import torch
 
 from samplers.plan import Order, Permutation
 from samplers.tokens.cost import BUDGET_LIMIT, TokenCost
-from samplers.tokens.order import MIN_WINDOWS, TokenOrder, length_sum
+from samplers.tokens.order import MIN_WINDOWS, LengthSource, TokenOrder, length_sum
 
 __all__ = [
     "WINDOW_ROWS",
@@ -52,15 +52,19 @@ __all__ = [
 WINDOW_ROWS = 512
 
 
-def default_packing_window(lengths: torch.Tensor, max_length: int) -> int:
+def default_packing_window(
+    lengths: torch.Tensor, max_length: int, *, total: int | None = None
+) -> int:
     """Samples per window: :data:`WINDOW_ROWS` rows at the mean length, at most
-    ``N //`` :data:`~samplers.tokens.order.MIN_WINDOWS` (and at least 1).
+    ``N //`` :data:`~samplers.tokens.order.MIN_WINDOWS` (and at least 1). ``total`` is the
+    lengths' sum when the caller knows it (they are then not read).
 
     Best-fit leaves room mostly in a window's last few rows, so a window of a few hundred
     rows packs to within about 1% of full rows; integer arithmetic, the same on every rank.
     """
     size = lengths.numel()
-    per_row = max(1, max_length * size // max(length_sum(lengths), 1))
+    total = length_sum(lengths) if total is None else total
+    per_row = max(1, max_length * size // max(total, 1))
     return max(1, min(WINDOW_ROWS * per_row, size // MIN_WINDOWS))
 
 
@@ -121,6 +125,7 @@ class PackedOrder(TokenOrder):
         epoch: int,
         permutation: Permutation = "randperm",
         stream: Order | None = None,
+        source: LengthSource | None = None,
     ) -> None:
         if cost.kind != "sum":
             raise ValueError(f"a packed order's cost must be summed, got {cost.label!r}")
@@ -134,9 +139,15 @@ class PackedOrder(TokenOrder):
             epoch=epoch,
             permutation=permutation,
             stream=stream,
+            source=source,
         )
         self.max_length = max_length
         self.rows_per_batch = rows_per_batch
+        # The first chunk is one window: packing runs in Python (a few microseconds a
+        # sample), so the first batch waits for one window's rows, not for the token
+        # order's first chunk of windows. Chunks only group the work: each window is
+        # packed and its batches ordered on its own, so the order is the same.
+        self.chunk_windows = 1
 
     def __repr__(self) -> str:
         return (
@@ -184,10 +195,13 @@ class PackedOrder(TokenOrder):
     def halves(self, lows: torch.Tensor, highs: torch.Tensor) -> torch.Tensor:
         """Cut batches ``[lows, highs)`` between rows, the first part ``ceil(rows / 2)``
         rows; a batch of one row is cut at ``ceil(n / 2)`` samples (both parts fit)."""
+        with self.lock:  # from the sampler's own copy of the lengths, if it has one
+            self._own_lengths()
+            lengths = self.lengths
         cuts = []
         for low, high in zip(lows.tolist(), highs.tolist(), strict=True):
             positions = torch.arange(low, high, dtype=torch.int64)
-            values = self.lengths[self.at(positions)].tolist()
+            values = lengths[self.at(positions)].tolist()
             starts = row_starts(values, self.max_length)
             if len(starts) >= 2:
                 cuts.append(low + starts[(len(starts) + 1) // 2])
