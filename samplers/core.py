@@ -187,6 +187,9 @@ class SamplerCore(ABC):
         iterator.pipeline = loader is None and loader_progress.find_pipeline()
         if loader is not None:
             iterator.loader = weakref.ref(loader)
+            mover = loader_progress.find_mover()
+            if mover is not None:
+                iterator.mover = weakref.ref(mover)
         self._ambiguous = None
         # A DataLoader starting an iteration starts the loop's (it dropped its previous one).
         # One that handed out its whole share is over even before its StopIteration (a
@@ -256,7 +259,9 @@ class SamplerCore(ABC):
         It is one global position in the epoch's order (see :mod:`samplers.state`), read
         from this rank's iterator: what it handed out, or, when a torch ``DataLoader`` or
         torchdata's ``StatefulDataLoader`` reads it (any ``num_workers``), what the
-        DataLoader has yielded to the loop. While a ``torchdata.nodes`` pipeline reads it
+        DataLoader has yielded to the loop (less the batch Ray Train's
+        ``prepare_data_loader`` holds ahead of the loop, when it wraps the DataLoader).
+        While a ``torchdata.nodes`` pipeline reads it
         (its prefetchers ahead of the loop) this raises ``ValueError``: save the pipeline's
         state, which holds this one at the item the loop received.
         Taken once the epoch's last step is done, it says the epoch is finished. It may be
@@ -373,17 +378,20 @@ class SamplerCore(ABC):
                 )
             return consumed, False
         reader = iterator.reader
+        # Ray's prepare_data_loader holds a batch the DataLoader yielded and the loop has
+        # not received yet.
+        ahead = loader_progress.held_ahead(iterator.mover(), iterator.loader())
         if reader is not None and loader_progress.is_stateful(reader):
             # torchdata's StatefulDataLoader: its own snapshots take what was handed out;
             # the loop is told what it received.
             if not loader_progress.asked_by_loader(2):
                 progress = loader_progress.stateful_progress(
-                    reader, self, iterator.count, iterator.taken
+                    reader, self, iterator.count, iterator.taken, ahead
                 )
                 if progress is not None:
                     return progress
         elif reader is not None:
-            progress = loader_progress.loop_progress(reader, self, iterator.count)
+            progress = loader_progress.loop_progress(reader, self, iterator.count, ahead)
             if progress is not None:
                 return progress
         return iterator.taken, iterator.exhausted

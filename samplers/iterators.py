@@ -74,6 +74,9 @@ class Progress(ABC, Generic[_Item]):
     #: A ``torchdata.nodes`` pipeline began this iteration (its prefetchers read ahead of
     #: the loop); never pickled.
     pipeline: bool
+    #: Ray Train's loader wrapper iterating the DataLoader that began this iteration, if
+    #: any and still alive (a weak reference: ``mover()``); never pickled.
+    mover: Callable[[], object | None]
     _plan: EpochPlan
     _cursor: tuple[int, Iterator[_Item]]
     _feed: _Feed[_Item]
@@ -112,6 +115,7 @@ class Progress(ABC, Generic[_Item]):
         self.reader = None
         self.at_end = None
         self.loader = _nobody
+        self.mover = _nobody
         self.pipeline = False
 
     @abstractmethod

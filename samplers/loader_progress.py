@@ -34,6 +34,14 @@ received, and the sampler cannot see the loop. An iteration it began
 the prefetchers hold, so the pipeline's ``state_dict()`` is exact); anyone else is refused,
 and pointed at the pipeline's state.
 
+Ray Train's own ``ray.train.torch.prepare_data_loader`` wraps the DataLoader in a loader
+that always holds the next batch, fetched before the loop asks for it (so that it can move
+it to the device meanwhile). :func:`find_mover` finds that wrapper iterating the DataLoader
+at ``iter()`` (further up the call stack), and :func:`held_ahead` says whether it holds a
+batch the loop has not received, fetched from this iteration's DataLoader iterator: the
+loop's progress is then one batch less than the DataLoader yielded. It reads two
+attributes of the wrapper (``dataloader_iter``, ``next_batch``), without importing Ray.
+
 Any DataLoader iterator (torch's or torchdata's) is also remembered, weakly, as the
 iteration's *loader*: :func:`received_nothing` tells whether the loop has received
 anything from it, which decides whether an iteration that workers only prefetched from
@@ -61,7 +69,9 @@ __all__ = [
     "asked_by_pipeline",
     "check_steps",
     "find_loader",
+    "find_mover",
     "find_pipeline",
+    "held_ahead",
     "is_stateful",
     "loop_progress",
     "prefetched_only",
@@ -85,6 +95,13 @@ _FETCHED = "_sampler_iter_yielded"
 #: ``try_to_serialize``, ``_get_main_state`` / ``state_dict`` and ``_try_put_index``.
 _ASKING_DEPTH = 12
 
+#: How many frames above ``iter()`` Ray Train's loader wrapper may be: those of
+#: :data:`_DEPTH`, then the DataLoader's ``__iter__`` and ``_get_iterator``, the iterator's
+#: ``__init__`` and the wrapper's ``_prefetch_next_batch`` and ``__iter__``.
+_MOVER_DEPTH = 16
+#: The module and name of Ray Train's loader wrapper (not imported: Ray is optional).
+_MOVER = ("ray.train.torch.train_loop_utils", "_WrappedDataLoader")
+
 #: (indices or batches the loop received, whether it received the last batch)
 LoopProgress = tuple[int, bool]
 
@@ -97,6 +114,28 @@ def find_loader(skip: int = 1) -> _BaseDataLoaderIter | None:
         if isinstance(owner, _BaseDataLoaderIter):
             return owner
     return None
+
+
+def find_mover(skip: int = 1) -> object | None:
+    """Ray Train's loader wrapper (``ray.train.torch.prepare_data_loader``'s) iterating
+    the DataLoader that calls ``iter()`` on a sampler now, or ``None``; ``skip``: frames
+    above the caller to start from."""
+    for owner in callers(skip + 1, _MOVER_DEPTH):
+        kind = type(owner)
+        if (kind.__module__, kind.__name__) == _MOVER:
+            return owner
+    return None
+
+
+def held_ahead(mover: object | None, loader: object | None) -> int:
+    """Batches the loop has not received of those the DataLoader iterator ``loader``
+    yielded: 1 while Ray's wrapper ``mover`` holds the batch it fetched ahead from it
+    (the iteration it is in is ``loader``'s), else 0."""
+    if mover is None or loader is None:
+        return 0
+    attributes = getattr(mover, "__dict__", {})
+    holds = attributes.get("dataloader_iter") is loader and attributes.get("next_batch") is not None
+    return int(holds)
 
 
 def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
@@ -191,9 +230,12 @@ def _in_order(kind: type) -> bool:
     )
 
 
-def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopProgress | None:
+def loop_progress(
+    reader: dict[str, Any], sampler: object, count: int, ahead: int = 0
+) -> LoopProgress | None:
     """What the loop reading ``sampler`` through the DataLoader iterator ``reader`` has
-    received of an iteration of ``count`` items, or ``None`` if it cannot be told.
+    received of an iteration of ``count`` items, or ``None`` if it cannot be told;
+    ``ahead``: batches yielded but held by a wrapper (:func:`held_ahead`).
 
     Received items are counted as the DataLoader counts them (batches times the batch size
     for an index sampler, even when the last batch was smaller), which is the count every
@@ -203,24 +245,26 @@ def loop_progress(reader: dict[str, Any], sampler: object, count: int) -> LoopPr
     batches = reader.get("_num_yielded")
     if unit is None or not isinstance(batches, int):
         return None
+    batches = max(batches - ahead, 0)
     drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
     total = count // unit if drop_last else ceil_div(count, unit)
     return batches * unit, batches >= total
 
 
 def stateful_progress(
-    reader: dict[str, Any], sampler: object, count: int, taken: int
+    reader: dict[str, Any], sampler: object, count: int, taken: int, ahead: int = 0
 ) -> LoopProgress | None:
     """:func:`loop_progress` for a ``StatefulDataLoader`` iterator (``reader``), whose
     sampler iteration handed out ``taken`` of its ``count`` items: the batches they made
-    less those fetched and not yet yielded to the loop; ``None`` for another reader."""
+    less those fetched and not yet yielded to the loop (and the ``ahead`` a wrapper holds);
+    ``None`` for another reader."""
     unit = unit_of(reader, sampler)
     fetched, received = reader.get(_FETCHED), reader.get("_num_yielded")
     if unit is None or not isinstance(fetched, int) or not isinstance(received, int):
         return None
     drop_last = bool(getattr(reader.get("_index_sampler"), "drop_last", False)) and unit > 1
     handed = taken // unit if drop_last else ceil_div(taken, unit)
-    batches = max(handed - max(fetched - received, 0), 0)
+    batches = max(handed - max(fetched - received, 0) - ahead, 0)
     total = count // unit if drop_last else ceil_div(count, unit)
     return batches * unit, batches >= total
 

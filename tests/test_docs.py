@@ -137,6 +137,9 @@ def parameters() -> list[object]:
         if not runnable(block):
             continue
         starts = block.processes is not None or "torchrun" in block.code or "--launch" in block.code
+        # A block that starts a Ray cluster runs with the other process tests, one at a
+        # time: ray.init() joins a cluster another test started on this machine instead.
+        starts = starts or "ray.init(" in block.code
         marks = [pytest.mark.processes] if starts else []
         found.append(pytest.param(block, id=block.id, marks=marks))
     return found

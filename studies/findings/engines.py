@@ -183,9 +183,16 @@ def claim(table: pd.DataFrame, resized: pd.DataFrame) -> str:
         "their first batch, and a restart from a mid-epoch Ray checkpoint lost or repeated "
         f"samples in {_count(len(inexact_restart), len(started))} that ran. With "
         f"add_dist_sampler=False it kept {_count(len(kept_ours), len(kept), 'sampler')} of "
-        "ours, but a restart from the sampler's own state lost samples in "
-        f"{_count(len(kept_lost), len(kept))}, as its loader fetches a batch ahead; with "
-        "move_to_device=False as well, that restart continued exactly in "
+        "ours"
+        + (
+            ", but a restart from the sampler's own state lost samples in "
+            f"{_count(len(kept_lost), len(kept))}, as its loader fetches a batch ahead"
+            if len(kept_lost)
+            else ", and although its loader fetches a batch ahead, a restart from the "
+            "sampler's own state continued exactly in "
+            f"{_count(len(_exact_restart(kept)), len(kept))}"
+        )
+        + "; with move_to_device=False as well, that restart continued exactly in "
         f"{_count(len(_exact_restart(unmoved)), len(unmoved))}. Through "
         f"samplers.integrations.ray, {_count(len(exact), len(ours))} saw every sample "
         "exactly once in every epoch with epoch 1 reshuffled, the restart continued "
@@ -224,6 +231,11 @@ def explain(table: pd.DataFrame, resized: pd.DataFrame) -> str:
             "batch ahead of the loop, so the sampler's own state_dict() saved in the loop "
             f"was a batch ahead: after the restart {row[RESTART_NEVER]} samples of the "
             "epoch were never seen."
+            if row[RESTART_NEVER] > 0
+            else f"Ray left {row[SAMPLER]} in place and wraps the loader in one that fetches "
+            "a batch ahead of the loop; the sampler's own state_dict() saved in the loop "
+            "leaves out the batch that loader holds, so the restart from it continued with "
+            f"{row[RESTART_NEVER]} samples never seen and {row[RESTART_REPEATED]} repeated."
         )
     from_start = ray[(ray[RESTART] == RESTARTS["epoch start"]) & (ray[STARTED] == YES)]
     if not from_start.empty:
@@ -261,12 +273,20 @@ def _kept(table: pd.DataFrame) -> str:
         "iterated the sampler of ours they were given, with its epoch set by the loop "
         "(sampler.set_epoch(epoch)), and "
         f"{_count(int((kept[EXACT] == YES).sum()), len(kept))} saw every sample exactly "
-        "once in every epoch. But its loader still fetches a batch ahead of the loop "
-        "(move_to_device=True, the default), so the sampler's state_dict() saved in the "
-        "loop was a batch ahead on each worker: after the restart, "
-        f"{_count(len(lost), len(kept))} had samples of the epoch never seen, from "
-        f"{int(kept[RESTART_NEVER].min())} to {int(kept[RESTART_NEVER].max())}. With "
-        "move_to_device=False as well, Ray hands back the loader it was given: "
+        "once in every epoch. "
+        + (
+            "But its loader still fetches a batch ahead of the loop "
+            "(move_to_device=True, the default), so the sampler's state_dict() saved in the "
+            "loop was a batch ahead on each worker: after the restart, "
+            f"{_count(len(lost), len(kept))} had samples of the epoch never seen, from "
+            f"{int(kept[RESTART_NEVER].min())} to {int(kept[RESTART_NEVER].max())}. "
+            if len(lost)
+            else "Its loader fetches a batch ahead of the loop (move_to_device=True, the "
+            "default), and the sampler's state_dict() saved in the loop leaves out the "
+            "batch that loader holds: the restart from it continued exactly in "
+            f"{_count(len(_exact_restart(kept)), len(kept))}. "
+        )
+        + "With move_to_device=False as well, Ray hands back the loader it was given: "
         f"{_count(len(exact), len(unmoved))} saw every sample exactly once with epoch 1 "
         "reshuffled, and the restart from the sampler's state continued exactly in "
         f"{_count(len(_exact_restart(unmoved)), len(unmoved))}; the loop sets each epoch "
