@@ -131,15 +131,29 @@ def runnable(block: Block) -> bool:
     return not (block.page == README and block.language == "bash")  # CI runs those
 
 
+def _with_files(block: Block) -> list[str]:
+    """The code ``block`` runs: its own, and that of each file block of its page it names."""
+    files = [
+        saved.code
+        for saved in BLOCKS
+        if saved.page == block.page
+        and saved.mark is not None
+        and saved.mark[0] == "file"
+        and saved.mark[1] in block.code
+    ]
+    return [block.code, *files]
+
+
 def parameters() -> list[object]:
     found = []
     for block in BLOCKS:
         if not runnable(block):
             continue
         starts = block.processes is not None or "torchrun" in block.code or "--launch" in block.code
-        # A block that starts a Ray cluster runs with the other process tests, one at a
-        # time: ray.init() joins a cluster another test started on this machine instead.
-        starts = starts or "ray.init(" in block.code
+        # A block that starts a Ray cluster (itself, or by running a file block of its
+        # page) runs with the other process tests, one at a time: ray.init() joins a
+        # cluster another test started on this machine instead.
+        starts = starts or any("ray.init(" in code for code in _with_files(block))
         marks = [pytest.mark.processes] if starts else []
         found.append(pytest.param(block, id=block.id, marks=marks))
     return found

@@ -8,9 +8,11 @@ yields one sample per step, or fails at its first batch, and our sampler is gone
 :class:`~samplers.DistributedMixtureSampler` or :class:`~samplers.DistributedSamplerWrapper`
 is replaced by a stock sampler, its weights or its wrapped sampler gone. Without a
 warning either way. It also wraps the loader in one that fetches a batch ahead of the
-loop (``move_to_device=True``, its default), so a sampler's own ``state_dict`` taken in
-the loop is a batch ahead. :func:`prepare_data_loader` is the replacement for that one
-call, for every sampler of ours, in the training function::
+loop (``move_to_device=True``, its default); a sampler of ours finds that wrapper and
+leaves the batch it holds out of its ``state_dict`` (:mod:`samplers.loader_progress`), but
+the loop must still set each epoch and save and load the state itself.
+:func:`prepare_data_loader` is the replacement for that one call, for every sampler of
+ours, in the training function::
 
     loader = prepare_data_loader(DataLoader(dataset, batch_sampler=sampler))
     load_state(loader)  # continue from ray.train.get_checkpoint(), if there is one
@@ -23,7 +25,7 @@ call, for every sampler of ours, in the training function::
 
 Ray's own function is left as it is (this module patches nothing): call this one instead
 of it. Not Ray's after this one: it would keep our sampler but wrap the prepared loader
-in its device-moving loader, which fetches a batch ahead and has no ``state_dict``.
+in its device-moving loader, which has no ``state_dict``.
 ``ray.train.torch.prepare_data_loader(loader, add_dist_sampler=False,
 move_to_device=False)`` also keeps any sampler and fetches nothing ahead, but counts no
 epochs and keeps no state.
