@@ -131,17 +131,19 @@ def runnable(block: Block) -> bool:
     return not (block.page == README and block.language == "bash")  # CI runs those
 
 
+def _files(page: Path) -> list[Block]:
+    """The file blocks of ``page`` (``<!-- file: name -->``), written before its bash
+    blocks run."""
+    return [
+        saved
+        for saved in BLOCKS
+        if saved.page == page and saved.mark is not None and saved.mark[0] == "file"
+    ]
+
+
 def _with_files(block: Block) -> list[str]:
     """The code ``block`` runs: its own, and that of each file block of its page it names."""
-    files = [
-        saved.code
-        for saved in BLOCKS
-        if saved.page == block.page
-        and saved.mark is not None
-        and saved.mark[0] == "file"
-        and saved.mark[1] in block.code
-    ]
-    return [block.code, *files]
+    return [block.code, *(f.code for f in _files(block.page) if f.mark and f.mark[1] in block.code)]
 
 
 def parameters() -> list[object]:
@@ -237,9 +239,9 @@ def shims(directory: Path) -> dict[str, str]:
 
 
 def run_bash(block: Block, directory: Path) -> str:
-    for saved in BLOCKS:
-        if saved.page == block.page and saved.mark is not None and saved.mark[0] == "file":
-            (directory / saved.mark[1]).write_text(saved.code)
+    for saved in _files(block.page):
+        assert saved.mark is not None
+        (directory / saved.mark[1]).write_text(saved.code)
     process = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", block.code],
         cwd=directory,

@@ -240,24 +240,31 @@ def _rays_moving_loader(kind: str, workers: int) -> tuple[Any, Any]:
     return moved, our_sampler_of(loader)
 
 
+@pytest.mark.parametrize("epoch", [0, 1])
 @pytest.mark.parametrize(
     ("kind", "workers"), [(kind, 0) for kind in KINDS] + [("indices", 2), ("packed", 2)]
 )
 def test_rays_own_call_that_moves_batches_ahead_keeps_our_state_at_the_loop(
-    kind: str, workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, workers: int, epoch: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ray's wrapper holds the next batch before the loop asks for it; our sampler's
     state_dict() taken in the loop is still the loop's step (the DataLoader's count less
     the batch held), so a restart from it continues exactly, at the first step, in the
-    middle, and after the last. (A TorchTrainer run does the same: the engines finding.)"""
+    middle and after the last, in the first epoch and in the next one through the same
+    wrapper. (A TorchTrainer run does the same: the engines finding.)"""
     # The device a Ray worker would be given: this process's CPU.
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
     with ray_worker(2, 0, tmp_path / "store"):
-        moved, _ = _rays_moving_loader(kind, workers)
+        moved, sampler = _rays_moving_loader(kind, workers)
+        sampler.set_epoch(epoch)
         whole = [ray_runs._indices(batch) for batch in moved]
         assert len(whole) >= 3
         for stop in (0, 1, len(whole) // 2, len(whole)):
             moved, sampler = _rays_moving_loader(kind, workers)
+            if epoch:  # the epoch before, to its end, through the same wrapper
+                sampler.set_epoch(epoch - 1)
+                assert sum(1 for _ in moved) >= 3
+            sampler.set_epoch(epoch)
             iterator = iter(moved)
             received = [ray_runs._indices(next(iterator)) for _ in range(stop)]
             state = sampler.state_dict()
@@ -266,9 +273,9 @@ def test_rays_own_call_that_moves_batches_ahead_keeps_our_state_at_the_loop(
                 assert sampler.state_dict() == state
             again, resumed_sampler = _rays_moving_loader(kind, workers)
             resumed_sampler.load_state_dict(state)
-            resumed_sampler.set_epoch(0)  # after the last step: an empty pass, intended
+            resumed_sampler.set_epoch(epoch)  # after the last step: an empty pass, intended
             rest = [ray_runs._indices(batch) for batch in again]
-            assert received + rest == whole, (kind, stop)
+            assert received + rest == whole, (kind, epoch, stop)
 
 
 def test_prepare_data_loader_names_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:

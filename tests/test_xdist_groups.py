@@ -30,58 +30,45 @@ def note(group, what):
         log.write(f"{group} {what} {os.environ.get('PYTEST_XDIST_WORKER', 'none')}\\n")
 """
 
-_PROCESSES = (
-    _RECORDING
-    + """
 
-@pytest.fixture(scope="module")
-def launched():
-    note("processes", "setup")
+def _module(group: str, marks: str, extra: str = "") -> str:
+    """A test module: a module-scoped fixture and four tests of ``group`` using it (with
+    ``marks`` above them), ``extra`` tests, and six tests of no group."""
+    return _RECORDING + textwrap.dedent(
+        f"""
 
-
-@pytest.mark.processes
-@pytest.mark.parametrize("n", range(4))
-def test_launch(launched, n):
-    note("processes", n)
+        @pytest.fixture(scope="module")
+        def built():
+            note("{group}", "setup")
 
 
-@pytest.mark.install
-def test_install():
-    note("processes", "install")
+        {marks}
+        @pytest.mark.parametrize("n", range(4))
+        def test_uses(built, n):
+            note("{group}", n)
+        {extra}
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_alone(n):
+            note("alone", n)
+        """
+    )
 
 
-@pytest.mark.parametrize("n", range(6))
-def test_alone(n):
-    note("alone", n)
+_INSTALL = """
+        @pytest.mark.install
+        def test_install():
+            note("processes", "install")
 """
-)
-
-_SHARED = (
-    _RECORDING
-    + """
-
-@pytest.fixture(scope="module")
-def built():
-    note("shared", "setup")
-
-
-@pytest.mark.parametrize("n", range(4))
-def test_reads(built, n):
-    note("shared", n)
-
-
-@pytest.mark.parametrize("n", range(6))
-def test_alone_too(n):
-    note("alone", n)
-"""
-)
+_PROCESSES = _module("processes", "@pytest.mark.processes", _INSTALL)
+_SHARED = _module("shared", "")
 
 
 @pytest.mark.timeout(180)
 def test_each_group_runs_in_one_worker_and_builds_its_fixture_once(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
-    (tmp_path / "test_processes.py").write_text(textwrap.dedent(_PROCESSES))
-    (tmp_path / "test_shared.py").write_text(textwrap.dedent(_SHARED))
+    (tmp_path / "test_processes.py").write_text(_PROCESSES)
+    (tmp_path / "test_shared.py").write_text(_SHARED)
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nmarkers =\n    processes: real processes\n    install: installs\n"
         "    xdist_group(name): a group\n"

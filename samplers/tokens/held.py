@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import sys
 import threading
 from typing import Any
@@ -77,10 +78,7 @@ class HeldLengths:
         #: Where parts of the lengths end (e.g. a mixture's sources), and each part's exact
         #: sum, read now; the copy is refused unless its parts sum to the same.
         self.parts = parts
-        bounds = (0, *parts)
-        self.part_totals = tuple(
-            length_sum(given[a:b]) for a, b in zip(bounds, parts, strict=False)
-        )
+        self.part_totals = _part_sums(given, parts)
         #: The copy's dtype.
         self.dtype = copy_dtype(self.longest)
         self._copy: torch.Tensor | None = None
@@ -181,13 +179,13 @@ class HeldLengths:
                 f"lengths changed after the sampler was built (before it made its own copy): "
                 f"{change}; build the sampler again from the new lengths"
             )
-        bounds = (0, *self.parts)
-        sums = tuple(length_sum(copy[a:b]) for a, b in zip(bounds, self.parts, strict=False))
+        sums = _part_sums(copy, self.parts)
         if sums != self.part_totals:
             part = next(d for d, total in enumerate(self.part_totals) if sums[d] != total)
+            low = self.parts[part - 1] if part else 0
             raise RuntimeError(
                 f"lengths changed after the sampler was built (before it made its own copy): "
-                f"the lengths of part {part} (samples {bounds[part]} to {bounds[part + 1]}) "
+                f"the lengths of part {part} (samples {low} to {self.parts[part]}) "
                 f"summed to {self.part_totals[part]}, now {sums[part]}; build the sampler "
                 "again from the new lengths"
             )
@@ -215,6 +213,12 @@ class HeldLengths:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...]) -> tuple[int, ...]:
+    """The exact sum of each part of ``lengths``: ``[0, parts[0])``, ``[parts[0],
+    parts[1])``, ..."""
+    return tuple(length_sum(lengths[a:b]) for a, b in itertools.pairwise((0, *parts)))
 
 
 def copy_dtype(longest: int) -> torch.dtype:
