@@ -20,29 +20,19 @@ from.
 from __future__ import annotations
 
 import copy
-import gc
-import sys
+import warnings
 import weakref
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
-from samplers.iterators import Progress
+from samplers.iterators import Progress, handed_out_all, held_elsewhere
 from samplers.options import Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 
 __all__ = ["SamplerCore"]
-
-#: References to the previous iterator while :meth:`SamplerCore._begin` counts them.
-_OWN_REFERENCES = 3
-
-
-def _handed_out_all(iterator: Progress[Any]) -> bool:
-    """Whether ``iterator`` handed out its rank's whole share (as :meth:`SamplerCore.state_dict`
-    counts a finished epoch)."""
-    layout = iterator.plan.layout
-    return layout.position_after(iterator.taken) >= layout.stop
 
 
 class SamplerCore(ABC):
@@ -70,6 +60,8 @@ class SamplerCore(ABC):
     #: Set when this iteration began while an earlier one was still being iterated (that
     #: one's epoch and items handed out then): :meth:`state_dict` refuses to choose.
     _ambiguous: tuple[int, int] | None = None
+    #: Set while :meth:`_begin` runs its ``_before_iteration`` hook (which may load a state).
+    _beginning: bool = False
 
     def _init_core(self, auto_epoch: Any) -> None:
         self.auto_epoch = checks.as_flag("auto_epoch", auto_epoch)
@@ -154,18 +146,26 @@ class SamplerCore(ABC):
         ambiguous.
         """
         loader = loader_progress.find_loader()
-        self._before_iteration()
+        self._beginning = True  # a state loaded by the hook applies to this iter()
+        try:
+            self._before_iteration()
+        finally:
+            self._beginning = False
         previous, undo = self._iterator, self._undo
         if (
             previous is not None
             and undo is not None
             and not self._book.epoch_set
             and self.epoch == undo.epoch_after
-            and (not previous.started or loader_progress.prefetched_only(previous.loader(), loader))
+            and (
+                not previous.started
+                or (previous.taken and loader_progress.prefetched_only(previous.loader(), loader))
+            )
         ):
             # The previous iter() was never advanced, or only by DataLoader workers whose
             # batches never reached the loop (torchdata restoring a finished epoch):
-            # replace it instead of counting it.
+            # replace it instead of counting it. One that had nothing to hand out (this
+            # rank's rest of a restored epoch, empty) was a pass of the loop: it counts.
             self._book, self.epoch = undo.book.copy(), undo.epoch_before
             previous = None  # not an iteration of its own
         book_before, epoch_before = self._book.copy(), checks.epoch(self.epoch)
@@ -200,15 +200,11 @@ class SamplerCore(ABC):
             and previous is not None
             and previous.started
             and not previous.exhausted
-            and not _handed_out_all(previous)
+            and not handed_out_all(previous)
             and not (book_before.epoch_set and epoch != previous.plan.epoch)
+            and held_elsewhere(previous)
         ):
-            if previous.reader is not None:
-                gc.collect()  # a DataLoader iterator and ours refer to each other
-            # Held by this sampler, the local name and getrefcount's argument only: nobody
-            # iterates it any more. Held by anyone else: it may still be the loop's.
-            if sys.getrefcount(previous) > _OWN_REFERENCES:
-                self._ambiguous = (previous.plan.epoch, previous.taken)
+            self._ambiguous = (previous.plan.epoch, previous.taken)
         self._iterator = iterator
         self._undo = Undo(book_before, epoch_before, epoch)
         return iterator
@@ -369,32 +365,7 @@ class SamplerCore(ABC):
 
     def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""
-        if consumed is not None:
-            taken = iterator.taken
-            if consumed > taken and not iterator.exhausted:
-                raise ValueError(
-                    f"consumed must be at most {taken} (what this iteration handed out so "
-                    f"far), got {consumed}"
-                )
-            return consumed, False
-        reader = iterator.reader
-        # Ray's prepare_data_loader holds a batch the DataLoader yielded and the loop has
-        # not received yet.
-        ahead = loader_progress.held_ahead(iterator.mover(), iterator.loader())
-        if reader is not None and loader_progress.is_stateful(reader):
-            # torchdata's StatefulDataLoader: its own snapshots take what was handed out;
-            # the loop is told what it received.
-            if not loader_progress.asked_by_loader(2):
-                progress = loader_progress.stateful_progress(
-                    reader, self, iterator.count, iterator.taken, ahead
-                )
-                if progress is not None:
-                    return progress
-        elif reader is not None:
-            progress = loader_progress.loop_progress(reader, self, iterator.count, ahead)
-            if progress is not None:
-                return progress
-        return iterator.taken, iterator.exhausted
+        return loader_progress.loop_received(iterator, self, consumed)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict`` (saved by any rank of a run of any world size).
@@ -416,9 +387,28 @@ class SamplerCore(ABC):
             order_fields=self._order_fields(),
         )
         iterator, undo = self._iterator, self._undo
-        if iterator is not None and undo is not None and not iterator.started:
+        unstarted = iterator is not None and not iterator.started and undo is not None
+        if unstarted and undo is not None:
             # An iter() never advanced did not start anything: as if it never happened.
             self._book, self.epoch = undo.book.copy(), undo.epoch_before
+        elif (
+            iterator is not None
+            and iterator.started
+            and not iterator.exhausted
+            and not self._beginning
+            and not self._book.epoch_set
+            and not handed_out_all(iterator)
+            and held_elsewhere(iterator)
+        ):
+            warnings.warn(
+                f"load_state_dict during an iteration of {type(self).__name__} (begun by an "
+                f"iter() that handed out {iterator.taken} items already, to DataLoader "
+                "workers maybe): that iteration keeps yielding the epoch it began, from "
+                "where it is; the loaded state applies from the next iter(). Load the state "
+                "before iter(sampler) or iter(loader), or iterate again after loading it",
+                checks.SamplerWarning,
+                stacklevel=2,
+            )
         book = self._book
         book.chosen = book.epoch_set and checks.epoch(self.epoch) == saved.epoch
         book.pending = None if saved.fresh else saved
@@ -429,6 +419,25 @@ class SamplerCore(ABC):
         self._iterator = None
         self._undo = None
         self._ambiguous = None
+        if unstarted and not self._beginning:
+            assert iterator is not None
+            self._continue_in(iterator)
+
+    def _continue_in(self, iterator: Progress[Any]) -> None:
+        """Make ``iterator``, an ``iter()`` not yet advanced, yield what ``iter()`` gives
+        now (from the state just loaded): whoever holds it (a DataLoader iterator created
+        before the state was loaded, say) continues from the loaded position, not from the
+        epoch's start. It stays the iterator of whoever began it (its DataLoader)."""
+        iter(cast("Iterable[Any]", self))  # each sampler's own iter() (its hooks)
+        fresh = self._iterator
+        assert fresh is not None
+        feed = iterator._feed  # bound to ``iterator``: it feeds the chain ``iterator`` is
+        kept = iterator.reader, iterator.loader, iterator.mover, iterator.pipeline
+        iterator.__dict__.clear()  # nothing of the old plan stays (a cached count, say)
+        iterator.__dict__.update(fresh.__dict__)
+        iterator._feed = feed
+        iterator.reader, iterator.loader, iterator.mover, iterator.pipeline = kept
+        self._iterator = iterator
 
     # Agreement --------------------------------------------------------------------------
 

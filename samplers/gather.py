@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from samplers import groups
-from samplers.plan import EpochPlan, StreamOrder
+from samplers import checks, groups
+from samplers.plan import EpochPlan
 
 __all__ = ["Planned", "gather_unsharded", "unshard"]
 
@@ -61,7 +61,10 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     yielded the samples (for the batch sampler: its batches concatenated). For a
     :class:`~samplers.DistributedSamplerWrapper`, whose stream may repeat or skip dataset
     indices, the list is in *stream* order instead: ``len(sampler.sampler)`` results,
-    one per position of the wrapped sampler's stream. ``sampler`` is
+    one per position of the wrapped sampler's stream; so for the mixture samplers, whose
+    sources are drawn in passes (a sample may come twice in an epoch): ``epoch_length``
+    results, one per position of the epoch (``sampler.plan().indices_at(positions)``
+    gives each position's ``ConcatDataset`` index, or piece id). ``sampler`` is
     any rank's sampler of the same configuration, at the epoch the results are from (its
     ``plan()`` is read; or pass that ``EpochPlan``). Samples no rank received (tail
     ``"drop"``) hold ``None``. Raises ``TypeError`` naming ``parts`` (or ``parts[r]``)
@@ -71,9 +74,9 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     plan = _plan_of(sampler)
     world_size = plan.layout.world_size
     size = plan.sizes.dataset_size
-    # A wrapped sampler's stream may repeat indices or skip some: its results go back
-    # in stream order, one per position, instead of in dataset order.
-    by_position = isinstance(plan.order, StreamOrder)
+    # A stream (a wrapped sampler's, a mixture's) may repeat indices or skip some: its
+    # results go back in stream order, one per position, instead of in dataset order.
+    by_position = not plan.order.permutes
     if not _sized(parts):
         raise TypeError(
             f"parts must be a sequence of one sequence of results per rank, got "
@@ -126,6 +129,15 @@ def gather_unsharded(
         group = getattr(sampler, "group", None)
     group = groups.reference(group).process_group
     world_size = dist.get_world_size(group)
+    if not _sized(local_results):
+        raise TypeError(
+            f"local_results must be a sequence of this rank's results, got "
+            f"{type(local_results).__name__}"
+        )
+    if dst is not None:
+        dst = checks.as_int("dst", dst)
+        if not 0 <= dst < world_size:
+            raise ValueError(f"dst must be a rank of the group, 0 to {world_size - 1}, got {dst}")
     local = list(local_results)
     if dst is None:
         everyone: list[Any] = [None] * world_size

@@ -17,8 +17,10 @@ the exception, it is carried along) and the copy yields exactly the rest.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import operator
+import sys
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -30,7 +32,14 @@ from samplers.plan import EpochPlan, Layout, RandpermOrder
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["CHUNK", "BatchIterator", "Progress", "ShareIterator"]
+__all__ = [
+    "CHUNK",
+    "BatchIterator",
+    "Progress",
+    "ShareIterator",
+    "handed_out_all",
+    "held_elsewhere",
+]
 
 #: How many indices of a held share are turned into Python ints at a time (after a first
 #: chunk of FIRST_CHUNK, so the first index comes at once).
@@ -288,3 +297,28 @@ class BatchIterator(Progress[list[int]], itertools.chain[list[int]]):
         self._steps = min(self._steps * 2, self.STEPS)
         batches = self._plan.rank_batches(self.rank, start, start + self._steps)
         return batches, start + len(batches)
+
+
+#: References to an iterator of the sampler's while :func:`held_elsewhere` counts them.
+_OWN_REFERENCES = 3
+
+
+def held_elsewhere(iterator: Progress[Any]) -> bool:
+    """Whether someone besides the sampler holds ``iterator``: more references than the
+    sampler's attribute, the caller's local name and this parameter
+    (:data:`_OWN_REFERENCES`), getrefcount's argument aside. Held elsewhere, it may still
+    be the loop's; nobody iterates it any more otherwise."""
+    if iterator.reader is not None:
+        gc.collect()  # a DataLoader iterator and ours refer to each other
+        if iterator.loader() is None:
+            # The DataLoader iterator that read it is gone: what still refers to it (its
+            # batch sampler's generator, say) is reached only through this iterator.
+            return False
+    return sys.getrefcount(iterator) > _OWN_REFERENCES + 1  # + getrefcount's argument
+
+
+def handed_out_all(iterator: Progress[Any]) -> bool:
+    """Whether ``iterator`` handed out its rank's whole share (as a sampler's ``state_dict()``
+    counts a finished epoch)."""
+    layout = iterator.plan.layout
+    return layout.position_after(iterator.taken) >= layout.stop

@@ -50,7 +50,7 @@ counts as an epoch (see :mod:`samplers.epochs`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import BatchSampler
 from torch.utils.data.dataloader import (
@@ -63,6 +63,9 @@ from samplers import checks
 from samplers.callers import callers
 from samplers.plan import ceil_div
 
+if TYPE_CHECKING:
+    from samplers.iterators import Progress
+
 __all__ = [
     "LoopProgress",
     "asked_by_loader",
@@ -74,6 +77,8 @@ __all__ = [
     "held_ahead",
     "is_stateful",
     "loop_progress",
+    "loop_received",
+    "out_of_order",
     "prefetched_only",
     "reader_of",
     "received_nothing",
@@ -151,7 +156,9 @@ def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
 
 
 def _in_pipeline(owner: object) -> bool:
-    return type(owner).__module__.startswith("torchdata.nodes")
+    """Whether ``owner`` is a ``torchdata.nodes`` node, or of a subclass of one (as
+    :func:`samplers.integrations.torchdata.sampler_node`'s)."""
+    return any(kind.__module__.startswith("torchdata.nodes") for kind in type(owner).__mro__)
 
 
 def find_pipeline(skip: int = 1) -> bool:
@@ -269,6 +276,14 @@ def stateful_progress(
     return batches * unit, batches >= total
 
 
+def out_of_order(reader: dict[str, Any]) -> bool:
+    """Whether the DataLoader iterator ``reader`` may yield batches out of the sampler's
+    order (``in_order=False`` with workers: a worker's batch ready first comes first), so
+    that the batches the loop received are not the first ones handed out."""
+    workers = reader.get("_num_workers")
+    return reader.get("_in_order") is False and isinstance(workers, int) and workers > 0
+
+
 def is_stateful(reader: dict[str, Any]) -> bool:
     """Whether ``reader`` is a ``StatefulDataLoader`` iterator's attributes."""
     return _FETCHED in reader
@@ -311,3 +326,46 @@ def check_steps(
             f"size divides {consumed}); pass that count, with batch_size= to have it "
             "checked"
         )
+
+
+def loop_received(
+    iterator: Progress[Any], sampler: object, consumed: int | None
+) -> tuple[int, bool]:
+    """What the loop reading ``iterator``, an iteration of ``sampler``, has received of it
+    (in the sampler's items) and whether it received all of it: ``consumed`` when the
+    caller says, else counted from the DataLoader iterator reading it (less the batch a
+    Ray wrapper holds ahead), else what ``iterator`` handed out. A ``ValueError`` for a
+    ``consumed`` above what was handed out, and for a DataLoader that yields out of order
+    (no position of the epoch is what its loop received before the epoch's end)."""
+    if consumed is not None:
+        taken = iterator.taken
+        if consumed > taken and not iterator.exhausted:
+            raise ValueError(
+                f"consumed must be at most {taken} (what this iteration handed out so "
+                f"far), got {consumed}"
+            )
+        return consumed, False
+    reader = iterator.reader
+    # Ray's prepare_data_loader holds a batch the DataLoader yielded and the loop has
+    # not received yet.
+    ahead = held_ahead(iterator.mover(), iterator.loader())
+    progress: tuple[int, bool] | None = None
+    if reader is not None and is_stateful(reader):
+        # torchdata's StatefulDataLoader: its own snapshots take what was handed out;
+        # the loop is told what it received.
+        if asked_by_loader(3):
+            return iterator.taken, iterator.exhausted
+        progress = stateful_progress(reader, sampler, iterator.count, iterator.taken, ahead)
+    elif reader is not None:
+        progress = loop_progress(reader, sampler, iterator.count, ahead)
+    if progress is None:
+        progress = iterator.taken, iterator.exhausted
+    if reader is not None and out_of_order(reader) and not progress[1]:
+        raise ValueError(
+            "the DataLoader reading this sampler has in_order=False and workers: it "
+            "yields each batch when a worker has it ready, not in the sampler's order, "
+            "so what the loop received before the epoch's end is not a position of the "
+            "epoch and no state can resume it exactly; build the DataLoader with "
+            "in_order=True (the default) to take states in the loop"
+        )
+    return progress

@@ -93,11 +93,28 @@ class DistributedSamplerWrapper(SamplerCore, Sampler[int]):
         self._stream: tuple[tuple[int, int], torch.Tensor] | None = None
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``seed + epoch`` for the next stream; the wrapped sampler's too."""
+        """Use ``seed + epoch`` for the next stream; the wrapped sampler's too. Raises
+        ``ValueError`` when ``seed + epoch`` does not fit ``manual_seed``."""
+        if self._initialised:
+            checks.checked_key(checks.seed(self.seed), checks.epoch(epoch))
         super().set_epoch(epoch)
         inner_set_epoch = getattr(self.sampler, "set_epoch", None)
         if callable(inner_set_epoch):
             inner_set_epoch(self.epoch)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As :meth:`samplers.DistributedSampler.load_state_dict`; a state whose ``seed +
+        epoch`` does not fit ``manual_seed`` (the stream's seed) is refused here too."""
+        if isinstance(state_dict, dict):
+            seed, epoch = state_dict.get("seed"), state_dict.get("epoch")
+            if type(seed) is int and type(epoch) is int:  # other values: refused below
+                try:
+                    checks.checked_key(seed, epoch)
+                except ValueError as error:
+                    raise ValueError(
+                        f"state fields 'seed' and 'epoch' do not fit: {error}"
+                    ) from None
+        super().load_state_dict(state_dict)
 
     def stream(self) -> torch.Tensor:
         """The wrapped sampler's stream for the current epoch, as every rank draws it."""

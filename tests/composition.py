@@ -182,14 +182,14 @@ def make_loader(kind: str, loader: str, sampler: Any) -> Any:
     if loader == "nodes":
         from torchdata import nodes
 
-        from samplers.integrations.torchdata import sampler_node
+        from samplers.integrations.torchdata import Loader, sampler_node
 
         source: Any = sampler_node(sampler)
         if batched:
             node: Any = nodes.Mapper(source, _fetch_batch)
         else:
             node = nodes.Batcher(nodes.Mapper(source, _fetch), BATCH, drop_last=False)
-        return nodes.Loader(nodes.Prefetcher(node, 2))
+        return Loader(nodes.Prefetcher(node, 2))
     options: dict[str, Any] = (
         {"batch_sampler": sampler} if batched else {"batch_size": BATCH, "sampler": sampler}
     )

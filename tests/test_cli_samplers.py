@@ -126,6 +126,8 @@ def test_drawn_and_filed_lengths_are_the_ones_the_sampler_gets(
     filed = answer(capsys, *TOKENS, "--lengths", str(saved))
     listing = answer(capsys, *TOKENS, "--lengths", ",".join(map(str, LENGTHS)))
     assert filed["rows"] == listing["rows"]
+    spaced = answer(capsys, *TOKENS, "--lengths", ", ".join(map(str, LENGTHS)))
+    assert spaced["rows"] == listing["rows"]  # "8, 1, 8" as written in a shell, quoted
 
 
 def test_packed_rows_and_their_fill(capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,6 +255,14 @@ def test_csv_carries_the_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (["--sampler", "tokens", "--lengths", "uniform:5"], "invalid lengths 'uniform:5': uniform"),
         (["--sampler", "tokens", "--lengths", "uniform:9:3"], "whole numbers 1 <= LO <= HI"),
+        (
+            ["--sampler", "tokens", "--max-tokens", "16", "--lengths", "8,1,-8"],
+            "invalid lengths '8,1,-8': '-8' is not a length",
+        ),
+        (
+            ["--sampler", "tokens", "--max-tokens", "16", "--lengths", "8,1.5,8"],
+            "invalid lengths '8,1.5,8': '1.5' is not a length",
+        ),
         (["--sampler", "tokens", "--lengths", "lognormal:0:1"], "lognormal takes MEDIAN >= 1"),
         (
             ["--sampler", "tokens", "--max-tokens", "4", "--lengths", "no-such-file.txt"],

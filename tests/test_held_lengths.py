@@ -454,3 +454,29 @@ def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
     values[5], values[0] = 3, 9  # the sum and the longest kept, parts 0 and 2 moved
     with pytest.raises(RuntimeError, match=r"part 0 \(samples 0 to 3\) summed to 8, now 14"):
         lengths.owned()
+
+
+@pytest.mark.parametrize("longest", [None, 2**62])
+def test_length_sum_is_exact_where_a_chunk_of_int64_lengths_overflows(
+    monkeypatch: pytest.MonkeyPatch, longest: int | None
+) -> None:
+    """Lengths of 2**43 and more summed a chunk at a time overflow int64 in one chunk:
+    such chunks are summed in halves (told the longest or not)."""
+    monkeypatch.setattr(held, "_SUM_CHUNK", 4)
+    monkeypatch.setattr(held, "_DIRECT_LIMIT", 2**63 // 4)
+    values = torch.tensor([2**62, 2**62 - 1, 2**62 + 5, 7, 1, 2, 3, 4, 2**61], dtype=torch.int64)
+    assert held.length_sum(values, longest=longest) == sum(values.tolist())
+    assert int(values[:4].sum()) != sum(values[:4].tolist())  # int64 alone wraps there
+
+
+def test_length_sum_is_exact_at_the_real_chunk_size() -> None:
+    values = torch.full((2**20 + 3,), 2**43 + 1, dtype=torch.int64)
+    assert held.length_sum(values) == (2**20 + 3) * (2**43 + 1)
+
+
+def test_the_packed_mixtures_token_weights_are_exact_for_huge_lengths() -> None:
+    """Each source's tokens (its token weight) summed exactly where int64 sums wrap."""
+    values = torch.full((2**16,), 2**48, dtype=torch.int64)
+    lengths = HeldLengths(values, parts=(2**15, 2**16))
+    assert lengths.part_totals == (2**63, 2**63)
+    assert lengths.total == held.length_sum(values) == 2**64

@@ -290,6 +290,33 @@ def test_prepared_loader_state_continues_the_epoch(accelerator: Any, kind: str) 
     assert restored.iteration == 1  # the next iteration is the next epoch
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_prepared_loader_restored_at_an_epochs_end_goes_on_with_the_next_epochs(
+    accelerator: Any, kind: str
+) -> None:
+    """A state taken at the epoch's last step: the restored loader's first iteration is
+    empty (the epoch is over), and each one after it is the next epoch (accelerate counts
+    an iteration only once it yields, so the empty one set the same epoch again and every
+    epoch after was empty)."""
+    from samplers.integrations.accelerate import prepare_data_loader
+
+    loader = prepare_data_loader(
+        DataLoader(DATASET, num_workers=2, **arguments(made(kind))), accelerator
+    )
+    length = len(loader)
+    for step, _ in enumerate(loader, start=1):
+        if step == length:
+            state = loader.state_dict()
+    restored = prepare_data_loader(DataLoader(DATASET, **arguments(made(kind))), accelerator)
+    restored.load_state_dict(state)
+    passes = [[b.tolist() for b in restored] for _ in range(3)]
+    assert passes[0] == []
+    for epoch, batches in enumerate(passes[1:], start=1):
+        fresh = made(kind)
+        fresh.set_epoch(epoch)
+        assert batches == [b.tolist() for b in DataLoader(DATASET, **arguments(fresh))]
+
+
 def test_sharded_trainer_checks_its_sampler(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="transformers is not installed")
     import torch
@@ -327,12 +354,12 @@ def nodes() -> Any:
 
 
 def pipeline(nodes: Any, sampler: Any) -> Any:
-    from samplers.integrations.torchdata import sampler_node
+    from samplers.integrations.torchdata import Loader, sampler_node
 
     source = sampler_node(sampler)
     if not isinstance(sampler, BATCH_SAMPLERS):
         source = nodes.Batcher(source, BATCH, drop_last=False)
-    return nodes.Loader(nodes.Prefetcher(nodes.Mapper(source, list), 3))
+    return Loader(nodes.Prefetcher(nodes.Mapper(source, list), 3))
 
 
 def test_sampler_node_refuses_other_samplers(nodes: Any) -> None:
@@ -368,6 +395,33 @@ def test_a_pipeline_state_at_the_epochs_end_starts_the_next_epoch(nodes: Any) ->
     restored.load_state_dict(loader.state_dict())
     # What comes next is epoch 1 (after an empty rest of epoch 0, if the loader shows it).
     assert (list(restored) or list(restored)) == epochs[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pipeline_restored_at_an_epochs_end_saves_the_next_epochs_states(
+    nodes: Any, kind: str
+) -> None:
+    """Restored at epoch 0's end, a state taken in epoch 1 (after 2 batches, and at its
+    end) is epoch 1's: restored again, the loop gets exactly the rest of epoch 1, then
+    epoch 2 (torchdata's own Loader kept returning the first restored state, so the second
+    restore repeated epoch 1's first batches, or all of epoch 1)."""
+    uninterrupted = pipeline(nodes, made(kind))
+    epochs = [list(uninterrupted) for _ in range(3)]
+    loader = pipeline(nodes, made(kind))
+    assert list(loader) == epochs[0]
+    at_end = loader.state_dict()
+    for taken in (2, len(epochs[1])):
+        restored = pipeline(nodes, made(kind))
+        restored.load_state_dict(at_end)
+        iterator = iter(restored)
+        first = [next(iterator) for _ in range(taken)]
+        again = pipeline(nodes, made(kind))
+        again.load_state_dict(restored.state_dict())
+        rest = list(again)
+        if taken < len(epochs[1]):
+            assert first + rest == epochs[1]
+        else:
+            assert first == epochs[1] and (rest or list(again)) == epochs[2]
 
 
 def test_the_trainer_is_warned_when_an_epoch_has_more_batches_than_it_plans() -> None:

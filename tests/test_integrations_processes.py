@@ -367,14 +367,14 @@ def test_lightning_leaves_the_sharded_loader_alone_and_resumes_it(tmp_path: Path
 def _nodes(_: object) -> dict[str, Any]:
     import torchdata.nodes as nodes
 
-    from samplers.integrations.torchdata import sampler_node
+    from samplers.integrations.torchdata import Loader, sampler_node
 
     def pipeline(kind: str) -> Any:
         source = sampler_node(sampler(kind))
         if kind == "indices":
             source = nodes.Batcher(source, BATCH, drop_last=False)
         mapped = nodes.ParallelMapper(source, torch.tensor, num_workers=2, method="thread")
-        return nodes.Loader(nodes.Prefetcher(mapped, 4))
+        return Loader(nodes.Prefetcher(mapped, 4))
 
     saved: list[Any] = []
     return {

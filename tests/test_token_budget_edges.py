@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,6 +90,34 @@ def test_an_unsigned_length_past_int64_is_an_error_naming_it() -> None:
         ValueError, match=r"lengths must be below 2\*\*63, got lengths\[1\] = " + str(2**64 - 1)
     ):
         DistributedTokenBatchSampler(given, 600, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "said"),
+    [
+        (
+            [3, 2**63],
+            ValueError,
+            r"lengths must be below 2\*\*63, got lengths\[1\] = " + str(2**63),
+        ),
+        ([3, -(2**64)], ValueError, r"lengths must be at least 0, got lengths\[1\] = -"),
+        ([3, "x"], TypeError, r"lengths\[1\] must be an integer, got str 'x'"),
+        ([3, None], TypeError, r"lengths\[1\] must be an integer, got NoneType None"),
+    ],
+)
+def test_a_list_torch_cannot_take_names_the_length_that_is_not_one(
+    given: list[Any], error: type, said: str
+) -> None:
+    """Not "lengths must be integers" for an integer int64 cannot hold."""
+    with pytest.raises(error, match=said):
+        DistributedTokenBatchSampler(given, 600, 1, 0)
+
+
+def test_integer_likes_of_several_kinds_in_a_list_are_lengths() -> None:
+    mixed = [np.uint16(5), 7, np.int64(3), torch.tensor(2)]
+    assert list(DistributedTokenBatchSampler(mixed, 600, 1, 0, seed=2)) == list(
+        DistributedTokenBatchSampler([5, 7, 3, 2], 600, 1, 0, seed=2)
+    )
 
 
 @pytest.mark.parametrize("given", [{0: 5, 1: 7}, {5, 7}, frozenset({5})], ids=type)

@@ -220,6 +220,38 @@ def test_costs_near_int64_are_cut_exactly() -> None:
     assert sorted(map(sorted, sampler)) == sorted(map(sorted, expected))
 
 
+@pytest.mark.parametrize("quadratic", [None, 1, 32])
+@pytest.mark.parametrize("kind", ["padded", "sum"])
+def test_a_batchs_reported_cost_is_exact_past_int64(kind: str, quadratic: int | None) -> None:
+    """TokenCost.batch sums in Python integers: costs whose sum passes 2**63 (it wrapped
+    to a negative cost in int64) are exact up to the final float."""
+    model = TokenCost(kind, quadratic=quadratic)
+    lengths = [2**62, 3, 2**31, 2**62 - 1]
+    scale = quadratic or 1
+
+    def cost(length: int) -> int:
+        return length if quadratic is None else quadratic * length + length * length
+
+    each = [cost(max(lengths))] * len(lengths) if kind == "padded" else map(cost, lengths)
+    assert model.batch(lengths) == sum(each) / scale > 2**63
+    assert model.batch(np.array([5, 7])) == model.batch([5, 7]) and model.batch([]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("lengths", "error", "said"),
+    [
+        ([4, -5], ValueError, r"lengths\[1\] must be at least 0, got -5"),
+        ([1.7, 2], TypeError, r"lengths\[0\] must be an integer, got float 1.7"),
+        ([True], TypeError, r"lengths\[0\] must be an integer, got bool True"),
+    ],
+)
+def test_a_batchs_reported_cost_names_a_length_that_is_not_one(
+    lengths: list[Any], error: type, said: str
+) -> None:
+    with pytest.raises(error, match=said):
+        TokenCost("sum").batch(lengths)
+
+
 @given(
     st.lists(st.sampled_from([0, 1, 3, 2**31 - 1, 2**31, 2**40, 2**61, 2**62]), max_size=40),
     st.sampled_from([0, 5, 2**31, 2**61, 2**62 - 1]),
@@ -309,6 +341,40 @@ def test_packed_collate_takes_empty_samples_and_batches() -> None:
 def test_packed_collate_names_a_bad_max_length(max_length: Any, error: type, said: str) -> None:
     with pytest.raises(error, match=said):
         packed_collate([[1]], max_length)
+
+
+@pytest.mark.parametrize(
+    ("samples", "options", "error", "said"),
+    [
+        ([[1]], {"rows": "no"}, TypeError, "rows must be a bool, got str 'no'"),
+        ([[1]], {"pad_id": 1.5}, TypeError, "pad_id must be an integer, got float 1.5"),
+        ([[1]], {"pad_id": None}, TypeError, "pad_id must be an integer, got NoneType None"),
+        ([[1]], {"pad_id": 2**63}, ValueError, "pad_id must fit int64"),
+        ([np.array([2**64 - 1], dtype=np.uint64)], {}, ValueError, "token id of 2\\*\\*63"),
+        (
+            [[True, False]],
+            {},
+            ValueError,
+            "1-D sequence of token ids, got shape \\(2,\\) of torch.bool",
+        ),
+        (
+            [{"input_ids": [1], "document": 1.7, "start": 0}],
+            {},
+            TypeError,
+            "a sample's 'document' must be an integer, got float 1.7",
+        ),
+    ],
+)
+def test_packed_collate_names_a_bad_option_or_token(
+    samples: list[Any], options: dict[str, Any], error: type, said: str
+) -> None:
+    """Nothing silently converted: a string flag, a float pad id or piece origin, a token
+    id int64 cannot hold (it wrapped to -1), boolean tokens."""
+    with pytest.raises(error, match=said):
+        packed_collate(samples, 4, **options)
+    assert packed_collate([[1, 2]], 4, rows=np.True_, pad_id=np.int64(-1))[
+        "input_ids"
+    ].tolist() == [[1, 2, -1, -1]]
 
 
 def test_the_samplers_collate_refuses_samples_that_are_not_the_lengths_it_packed() -> None:
@@ -409,3 +475,32 @@ def test_a_budget_no_batch_can_reach_is_no_limit_under_every_cost() -> None:
     sampler = DistributedTokenBatchSampler([8, 1, 8, 6], 2**62, 1, 0, cost=quadratic)
     (batch,) = list(sampler)  # every sample fits: the one window is one batch
     assert sorted(batch) == [0, 1, 2, 3]
+
+
+def test_the_wrapper_refuses_a_seed_and_epoch_its_stream_cannot_be_seeded_with_at_once() -> None:
+    """As the other samplers: in set_epoch and load_state_dict, not at the next iter()."""
+    from torch.utils.data import RandomSampler
+
+    from samplers import DistributedSamplerWrapper
+
+    wrapper = DistributedSamplerWrapper(RandomSampler(range(10)), 2, 0)
+    said = r"seed \+ epoch must be in .* got seed=0 \+ epoch=18446744073709551616"
+    with pytest.raises(ValueError, match=said):
+        wrapper.set_epoch(2**64)
+    assert wrapper.epoch == 0 and len(list(wrapper)) == 5
+    state = {**wrapper.state_dict(), "seed": 2**64}
+    with pytest.raises(ValueError, match="state fields 'seed' and 'epoch' do not fit"):
+        DistributedSamplerWrapper(RandomSampler(range(10)), 2, 0).load_state_dict(state)
+
+
+def test_padding_past_int64_positions_is_refused_naming_num_replicas() -> None:
+    """A batch per rank per step over 2**61 + 1 ranks, padded, lays out past 2**63
+    positions: the padded batches held negative indices (int64 wrapped); refused
+    instead, by name."""
+    world = 2**61 + 1
+    said = rf"num_replicas={world}, batch_size=4 over dataset_size=10 lays the epoch out"
+    with pytest.raises(ValueError, match=said):
+        list(DistributedBatchSampler(range(10), 4, world, world - 1, shuffle=False))
+    with pytest.raises(ValueError, match=rf"num_replicas={2**63} over dataset_size=10"):
+        list(DistributedSampler(range(10), 2**63, 2**63 - 1, shuffle=False))
+    assert list(DistributedBatchSampler(range(10), 4, 2**40, 7, shuffle=False)) == [[8, 9, 0, 1]]

@@ -117,8 +117,13 @@ class _PreparedLoader(DataLoaderShard):
         # The epoch first, so that the length counted is this iteration's (a loaded state
         # shortens the epoch it belongs to); accelerate sets the same epoch again.
         self.set_epoch(self.iteration)
-        length = len(self)
+        iteration, length = self.iteration, len(self)
         yield from self._position.track(super().__iter__(), length)
+        if self.iteration == iteration:
+            # accelerate counts an iteration only once it yielded a batch; one that yields
+            # none (the rest of an epoch restored at its end) is one too, or the next
+            # would set the same epoch again and yield nothing, every epoch after.
+            self.iteration += 1
 
     def state_dict(self) -> dict[str, Any]:
         return self._position.state_dict()

@@ -41,6 +41,7 @@ class MixtureOrder(Order):
     """Epoch ``epoch`` of the stream (``length`` positions from ``epoch * length``)."""
 
     blockwise = True
+    permutes = False  # a source drawn in several passes repeats its samples
     #: The first chunk is small: it may compute the start of the mixing period
     #: (:class:`~samplers.mixture.schedule.Period`), ``W`` positions per index.
     first_chunk = 1 << 7

@@ -279,9 +279,11 @@ class _Mixture(SamplerCore):
             stream_epoch(rest["epoch"], self.epoch_length)
         except ValueError as error:
             raise ValueError(f"state field 'epoch' does not fit: {error}") from None
-        super().load_state_dict(rest)
+        # The schedule first: the core's load continues an iter() not yet advanced from
+        # the state, which plans from the schedule (rest was checked just above).
         self.schedule = schedule
         self.weights = schedule.segments[-1][1]
+        super().load_state_dict(rest)
         self._pending_weights = None
 
     # Agreement and copies -----------------------------------------------------------------

@@ -159,7 +159,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         starts = [sum(sizes[:d]) for d in range(len(sizes))]
         #: Each source's total length (its tokens).
         self.source_tokens = tuple(
-            length_sum(held[start : start + size])
+            length_sum(held[start : start + size], longest=self._held.longest)
             for start, size in zip(starts, sizes, strict=True)
         )
         model = as_cost(cost)

@@ -19,6 +19,22 @@ def _check_count(name: str, value: int, minimum: int = 0) -> None:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
+#: Positions are int64 in the plans' tensors: a layout ends at most here.
+POSITION_LIMIT = 2**63 - 1
+
+
+def _check_stop(layout: Layout, batch_size: int = 1) -> None:
+    """Refuse a layout whose positions int64 cannot hold (padding past ``N`` with a huge
+    ``num_replicas``, say), naming the sizes, rather than wrap them."""
+    if layout.stop > POSITION_LIMIT:
+        batch = f", batch_size={batch_size}" if batch_size > 1 else ""
+        raise ValueError(
+            f"num_replicas={layout.world_size}{batch} over dataset_size="
+            f"{layout.dataset_size} lays the epoch out to position {layout.stop}, past what "
+            "int64 positions hold (2**63 - 1): use fewer replicas"
+        )
+
+
 def _share_range(lo: int, hi: int | None, count: int) -> tuple[int, int]:
     """Items ``[lo:hi]`` of a share of ``count`` items, as clamped bounds ``lo <= hi``."""
     if lo < 0 or (hi is not None and hi < 0):
@@ -109,6 +125,7 @@ class Strided(Layout):
         _check_count("start", self.start)
         if self.end < self.start:
             raise ValueError(f"stop must be at least start={self.start}, got {self.end}")
+        _check_stop(self)
 
     @property
     def stop(self) -> int:
@@ -206,6 +223,7 @@ class Batched(Layout):
         else:
             steps = ceil_div(remaining, per_step)
         object.__setattr__(self, "steps", steps)
+        _check_stop(self, self.batch_size)
 
     @property
     def batches(self) -> int:

@@ -46,6 +46,10 @@ class Order(ABC):
     #: How many positions an iterator computes first (``None``: the iterator's default),
     #: for an order whose first positions cost more than the next ones.
     first_chunk: int | None = None
+    #: Whether each dataset index of ``[0, size)`` is at exactly one position (a
+    #: permutation). A stream (a wrapped sampler's, a mixture's) may repeat or skip
+    #: indices: results over it are kept per position (:func:`samplers.unshard`).
+    permutes = True
 
     @property
     @abstractmethod
@@ -93,6 +97,8 @@ class IdentityOrder(Order):
 @dataclass(frozen=True, eq=False)
 class StreamOrder(Order):
     """A given order (e.g. the stream of a wrapped sampler), held as int64."""
+
+    permutes = False
 
     indices: torch.Tensor
 

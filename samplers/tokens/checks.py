@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from samplers.checks import SamplerWarning
+from samplers.checks import SamplerWarning, as_int
 from samplers.options import TAILS, Tail
 
 __all__ = ["OVER_BUDGET", "choice", "lengths_tensor", "token_tail", "warn_over_budget"]
@@ -36,11 +36,17 @@ def lengths_tensor(lengths: Any) -> torch.Tensor:
         )
     if isinstance(lengths, torch.Tensor):
         values = lengths.detach().cpu()
-    elif hasattr(lengths, "__array__") or hasattr(lengths, "__len__"):
+    elif hasattr(lengths, "__array__"):
         try:
-            values = torch.as_tensor(lengths if hasattr(lengths, "__array__") else list(lengths))
+            values = torch.as_tensor(lengths)
         except (TypeError, ValueError, RuntimeError) as error:
             raise TypeError(f"lengths must be integers, got {lengths!r:.80} ({error})") from None
+    elif hasattr(lengths, "__len__"):
+        items = list(lengths)
+        try:
+            values = torch.as_tensor(items)
+        except (TypeError, ValueError, RuntimeError):
+            values = _one_by_one(items)
     else:
         raise TypeError(
             "lengths must be a sequence, numpy array or tensor of integers, got "
@@ -53,6 +59,20 @@ def lengths_tensor(lengths: Any) -> torch.Tensor:
     if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
         raise TypeError(f"lengths must be integers, got dtype {values.dtype}")
     return _signed(values)
+
+
+def _one_by_one(items: list[Any]) -> torch.Tensor:
+    """``items`` torch could not take at once (integer-likes of several kinds, or values
+    int64 cannot hold), as int64, or an error naming the first that is not a length."""
+    values = []
+    for number, item in enumerate(items):
+        value = as_int(f"lengths[{number}]", item)
+        if value < 0:
+            raise ValueError(f"lengths must be at least 0, got lengths[{number}] = {value}")
+        if value >= 2**63:
+            raise ValueError(f"lengths must be below 2**63, got lengths[{number}] = {value}")
+        values.append(value)
+    return torch.tensor(values, dtype=torch.int64)
 
 
 def _signed(values: torch.Tensor) -> torch.Tensor:

@@ -51,10 +51,16 @@ def _tokens(sample: Any, key: str) -> torch.Tensor:
     values = torch.as_tensor(sample)
     if values.numel() == 0 and values.dim() == 1:
         return torch.zeros(0, dtype=torch.int64)  # an empty sequence has no dtype to keep
-    if values.dim() != 1 or values.is_floating_point():
+    if values.dim() != 1 or values.is_floating_point() or values.dtype == torch.bool:
         raise ValueError(
             f"packed_collate: each sample must be a 1-D sequence of token ids, got shape "
             f"{tuple(values.shape)} of {values.dtype}"
+        )
+    if values.dtype == torch.uint64 and bool((values.view(torch.int64) < 0).any()):
+        # Read as int64 (the batch's dtype) these are negative: they would wrap.
+        raise ValueError(
+            "packed_collate: a sample holds a token id of 2**63 or more (uint64), which "
+            "the batch's int64 token ids cannot hold"
         )
     return values.to(torch.int64)
 
@@ -82,6 +88,10 @@ def packed_collate(
     max_length = checks.positive("max_length", max_length)
     if rows_per_batch is not None:
         rows_per_batch = checks.positive("rows_per_batch", rows_per_batch)
+    rows = checks.as_flag("rows", rows)
+    pad_id = checks.as_int("pad_id", pad_id)
+    if not -(2**63) <= pad_id < 2**63:
+        raise ValueError(f"pad_id must fit int64 (the token ids' dtype), got {pad_id}")
     tokens = [_tokens(sample, key) for sample in samples]
     lengths = [t.numel() for t in tokens]
     origins = _origins(samples)
@@ -147,6 +157,9 @@ def _origins(samples: Sequence[Any]) -> dict[str, torch.Tensor]:
     ):
         return {}
     return {
-        "documents": torch.tensor([int(sample["document"]) for sample in samples]),
-        "starts": torch.tensor([int(sample["start"]) for sample in samples]),
+        field: torch.tensor(
+            [checks.as_int(f"a sample's {key!r}", sample[key]) for sample in samples],
+            dtype=torch.int64,
+        )
+        for field, key in (("documents", "document"), ("starts", "start"))
     }

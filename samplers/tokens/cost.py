@@ -51,7 +51,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from samplers.checks import SamplerWarning
+from samplers.checks import SamplerWarning, as_int
 
 __all__ = ["BUDGET_LIMIT", "COSTS", "Cost", "CostLike", "TokenCost", "as_cost", "warn_costly"]
 
@@ -248,10 +248,24 @@ class TokenCost:
         return self.sample_costs(longest) * counts
 
     def batch(self, lengths: Any) -> float:
-        """One batch's cost in tokens (cost units / :attr:`scale`), for reports."""
-        values = torch.as_tensor(list(lengths), dtype=torch.int64)
-        number = torch.zeros(values.numel(), dtype=torch.int64)
-        return int(self.costs(values, number, 1)[0]) / self.scale
+        """One batch's cost in tokens (cost units / :attr:`scale`), for reports. Summed
+        exactly in Python integers (a float only at the end); ``lengths`` must be integers
+        of at least 0 (``TypeError`` or ``ValueError`` naming the first that is not)."""
+        values = []
+        for number, length in enumerate(lengths):
+            value = as_int(f"lengths[{number}]", length)
+            if value < 0:
+                raise ValueError(f"lengths[{number}] must be at least 0, got {value}")
+            values.append(value)
+        if not values:
+            return 0.0
+        if self.kind == "padded":
+            total = len(values) * self.cost_of(max(values))
+        elif self.per_sample is None:
+            total = sum(self.cost_of(value) for value in values)
+        else:  # the named function's costs, computed together
+            total = sum(self.sample_costs(torch.tensor(values, dtype=torch.int64)).tolist())
+        return total / self.scale
 
 
 #: What ``cost=`` accepts: ``"padded"``, ``"sum"``, a :class:`TokenCost`, or a mapping of

@@ -30,6 +30,8 @@ from samplers.optional import numpy
 
 #: Lengths summed or digested at a time (an int64 cast of a chunk, not of them all).
 _SUM_CHUNK = 1 << 20
+#: Values below this sum in int64 :data:`_SUM_CHUNK` at a time without overflow.
+_DIRECT_LIMIT = 2**63 // _SUM_CHUNK
 
 __all__ = ["SCAN_SAMPLES", "HeldLengths", "copy_dtype", "length_digest", "length_sum"]
 
@@ -78,7 +80,7 @@ class HeldLengths:
         #: Where parts of the lengths end (e.g. a mixture's sources), and each part's exact
         #: sum, read now; the copy is refused unless its parts sum to the same.
         self.parts = parts
-        self.part_totals = _part_sums(given, parts)
+        self.part_totals = _part_sums(given, parts, self.longest)
         #: The copy's dtype.
         self.dtype = copy_dtype(self.longest)
         self._copy: torch.Tensor | None = None
@@ -173,13 +175,13 @@ class HeldLengths:
                 f"lengths[{int(given.argmin())}] = {low} is negative"
                 if low < 0
                 else f"they summed to {self.total} with the longest {self.longest}, now "
-                f"{int(given.sum())} and {int(given.max())}"
+                f"{length_sum(given)} and {int(given.max())}"
             )
             raise RuntimeError(
                 f"lengths changed after the sampler was built (before it made its own copy): "
                 f"{change}; build the sampler again from the new lengths"
             )
-        sums = _part_sums(copy, self.parts)
+        sums = _part_sums(copy, self.parts, self.longest)
         if sums != self.part_totals:
             part = next(d for d, total in enumerate(self.part_totals) if sums[d] != total)
             low = self.parts[part - 1] if part else 0
@@ -215,10 +217,12 @@ class HeldLengths:
         self._lock = threading.Lock()
 
 
-def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...]) -> tuple[int, ...]:
+def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...], longest: int) -> tuple[int, ...]:
     """The exact sum of each part of ``lengths``: ``[0, parts[0])``, ``[parts[0],
-    parts[1])``, ..."""
-    return tuple(length_sum(lengths[a:b]) for a, b in itertools.pairwise((0, *parts)))
+    parts[1])``, ... (``longest`` the largest length)."""
+    return tuple(
+        length_sum(lengths[a:b], longest=longest) for a, b in itertools.pairwise((0, *parts))
+    )
 
 
 def copy_dtype(longest: int) -> torch.dtype:
@@ -272,14 +276,28 @@ def _scan(values: torch.Tensor) -> tuple[int, int]:
     return longest, total
 
 
-def length_sum(lengths: torch.Tensor) -> int:
+def length_sum(lengths: torch.Tensor, *, longest: int | None = None) -> int:
     """The exact sum of ``lengths``, a chunk at a time: summing an int32 tensor into int64
-    at once first casts all of it (8 bytes a sample)."""
+    at once first casts all of it (8 bytes a sample). ``longest``, when the caller knows
+    it, is the largest length.
+
+    A chunk of :data:`_SUM_CHUNK` values below :data:`_DIRECT_LIMIT` sums in int64 without
+    overflow; a chunk that may hold a larger one (int64 lengths, ``longest`` unknown or
+    that large) is summed in two 32-bit halves, so the sum is exact for every int64 value.
+    """
     step = _SUM_CHUNK
-    return sum(
-        int(lengths[start : start + step].sum(dtype=torch.int64))
-        for start in range(0, lengths.numel(), step)
-    )
+    direct = lengths.dtype != torch.int64 or (longest is not None and longest < _DIRECT_LIMIT)
+    total = 0
+    for start in range(0, lengths.numel(), step):
+        chunk = lengths[start : start + step]
+        if not direct and chunk.numel():
+            low, top = (int(bound) for bound in torch.aminmax(chunk))
+            if low < 0 or top >= _DIRECT_LIMIT:
+                high, rest = chunk >> 32, chunk & 0xFFFFFFFF  # chunk == high * 2**32 + rest
+                total += (int(high.sum()) << 32) + int(rest.sum())
+                continue
+        total += int(chunk.sum(dtype=torch.int64))
+    return total
 
 
 def length_digest(lengths: torch.Tensor) -> str:

@@ -235,6 +235,7 @@ class TokenOrder(Order):
         #: The order the windows take their samples from instead of the epoch permutation
         #: (e.g. a :class:`~samplers.mixture.order.MixtureOrder`); its size is the epoch's.
         self.stream = stream
+        self.permutes = stream is None or stream.permutes
         self.length = lengths.numel() if stream is None else stream.size
         #: Whole windows in the first planned chunk, and in each later one (about
         #: :data:`CHUNK_GROWTH` times as many samples; one window when windows are larger).

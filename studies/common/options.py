@@ -186,8 +186,16 @@ def lengths_spec(text: str) -> LengthsSpec:
     (``uniform:LO:HI``, whole numbers with ``1 <= LO <= HI``; ``lognormal:MEDIAN:SIGMA``,
     ``MEDIAN >= 1`` and ``SIGMA >= 0``) or the path of a file of lengths (read by
     :func:`read_lengths` once the options are checked)."""
-    if _LIST.fullmatch(text):
-        values = tuple(int(part) for part in text.split(","))
+    parts = [part.strip() for part in text.split(",")]
+    if "," in text and not Path(text).exists():
+        bad = next((part for part in parts if not _DIGITS.fullmatch(part)), None)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(
+                f"invalid lengths {text!r}: {bad!r} is not a length (comma-separated whole "
+                "numbers of at least 0, e.g. 8,1,8,6)"
+            )
+    if _LIST.fullmatch(text) or ("," in text and all(map(_DIGITS.fullmatch, parts))):
+        values = tuple(int(part) for part in parts)
         too_long = [value for value in values if value > MAX_LENGTH]
         if too_long:
             raise argparse.ArgumentTypeError(

@@ -1,0 +1,322 @@
+"""Where the loaders meet the sampler's state, each at its boundary (each test fails
+without its fix).
+
+1. A DataLoader's iterator created before the sampler's state (or weights) changes:
+   ``it = iter(loader)`` then ``sampler.load_state_dict(state)`` (a trainer that builds
+   the epoch's iterator first, then restores its checkpoint) or ``sampler.set_weights``
+   (a curriculum callback at the epoch's start), then ``for batch in it``. Without
+   workers the DataLoader has not advanced the sampler's iterator yet: that iterator
+   continues from the loaded state (or under the new weights), exactly as ``iter()``
+   after the change would. With workers it has (they prefetch at ``iter(loader)``): the
+   iteration keeps the epoch it began, and a ``SamplerWarning`` says so. Every sampler
+   we ship, the state taken at the first step, mid-epoch and at the epoch's end,
+   resumed on fewer and more ranks, and a second resume.
+2. :func:`samplers.unshard` over a mixture, whose stream repeats samples: its results
+   kept per position.
+3. A DataLoader yielding out of order (``in_order=False`` with workers): no state in the
+   loop.
+4. A ``StatefulDataLoader`` with workers restored where a shorter rank's rest of the
+   epoch is empty: that empty pass counts, the next is the next epoch (it was replayed,
+   empty, pass after pass).
+5. :func:`samplers.gather_unsharded` checks ``dst`` and ``local_results`` before the
+   collective.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import composition  # the composition matrix's samplers and loaders
+import pytest
+import torch
+
+from samplers import (
+    DistributedMixtureBatchSampler,
+    DistributedMixtureSampler,
+    DistributedMixtureTokenBatchSampler,
+    DistributedPackedMixtureSampler,
+    SamplerWarning,
+    unshard,
+)
+
+MIXTURES = ("mixture", "mixture batch", "mixture token", "packed mixture")
+
+
+def _ranks(kind: str, world: int) -> list[Any]:
+    samplers = [composition.SAMPLERS[kind](world, rank) for rank in range(world)]
+    for sampler in samplers:
+        sampler.set_epoch(composition.EPOCH)
+    return samplers
+
+
+def _items(batches: Any) -> list[int]:
+    return [item for batch in batches for item in composition.items(batch)]
+
+
+def _drain(kind: str, samplers: list[Any], change: Any, *, early: bool) -> list[list[int]]:
+    """Each rank's items through a DataLoader, ``change(sampler)`` applied after
+    ``iter(loader)`` (``early``) or before it."""
+    received = []
+    for sampler in samplers:
+        loader = composition.make_loader(kind, "torch", sampler)
+        if not early:
+            change(sampler)
+        iterator = iter(loader)
+        if early:
+            change(sampler)
+        received.append(_items(iterator))
+    return received
+
+
+def _first_steps(kind: str, steps: int) -> tuple[Counter[int], dict[str, Any]]:
+    """What the loops of :data:`composition.OLD_WORLD` ranks received in ``steps`` steps
+    (at most the epoch), and the state there."""
+    seen: Counter[int] = Counter()
+    state: dict[str, Any] = {}
+    for sampler in _ranks(kind, composition.OLD_WORLD):
+        iterator = iter(composition.make_loader(kind, "torch", sampler))
+        for _ in range(steps):
+            batch = next(iterator, None)
+            if batch is not None:
+                seen.update(composition.items(batch))
+        state = sampler.state_dict()
+    return seen, state
+
+
+@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("steps", [0, 2, 100])
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_a_state_loaded_after_iter_loader_continues_in_that_iterator(
+    kind: str, steps: int, world: int
+) -> None:
+    seen, state = _first_steps(kind, steps)
+    late = _drain(kind, _ranks(kind, world), lambda s: s.load_state_dict(state), early=True)
+    first = _drain(kind, _ranks(kind, world), lambda s: s.load_state_dict(state), early=False)
+    assert late == first
+    assert seen + Counter(_items(late)) == composition.reference_epoch(kind)
+
+
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_a_second_resume_through_an_iterator_made_before_each_load(kind: str) -> None:
+    """Resumed on 3 ranks after 1 step, again on 1 rank after another step there."""
+    seen, state = _first_steps(kind, 1)
+    samplers = _ranks(kind, 3)
+    for sampler in samplers:
+        iterator = iter(composition.make_loader(kind, "torch", sampler))
+        sampler.load_state_dict(state)
+        batch = next(iterator, None)
+        if batch is not None:
+            seen.update(composition.items(batch))
+    state = samplers[0].state_dict()
+    rest = _drain(kind, _ranks(kind, 1), lambda s: s.load_state_dict(state), early=True)
+    assert seen + Counter(_items(rest)) == composition.reference_epoch(kind)
+    assert all(sampler.state_dict()["position"] for sampler in samplers)
+
+
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_the_state_after_such_an_iteration_says_the_epoch_is_finished(kind: str) -> None:
+    _, state = _first_steps(kind, 1)
+    (sampler,) = _ranks(kind, 1)
+    iterator = iter(composition.make_loader(kind, "torch", sampler))
+    sampler.load_state_dict(state)
+    assert sampler.state_dict() == state  # before the first batch: the loaded position
+    list(iterator)
+    after = sampler.state_dict()
+    assert after["finished"] and after["epoch"] == composition.EPOCH
+
+
+@pytest.mark.parametrize("kind", MIXTURES)
+def test_weights_set_after_iter_loader_apply_in_that_iterator(kind: str) -> None:
+    """New weights at the epoch's start, set after ``iter(loader)``: that iteration draws
+    under them (as one begun after them), and a state taken at its end resumes the next
+    epoch alike: nothing repeated within a pass, as the weights say."""
+
+    def reweighted(sampler: Any) -> None:
+        sampler.set_weights([0, 1])
+
+    late_samplers, first_samplers = _ranks(kind, 2), _ranks(kind, 2)
+    late = _drain(kind, late_samplers, reweighted, early=True)
+    first = _drain(kind, first_samplers, reweighted, early=False)
+    assert late == first
+    assert late_samplers[0].state_dict() == first_samplers[0].state_dict()
+    for samplers in (late_samplers, first_samplers):
+        for sampler in samplers:
+            sampler.set_epoch(composition.EPOCH + 1)
+    assert _drain(kind, late_samplers, lambda s: None, early=True) == _drain(
+        kind, first_samplers, lambda s: None, early=True
+    )
+
+
+@pytest.mark.parametrize("kind", ["index", "token", "mixture"])
+def test_with_workers_the_iteration_begun_keeps_its_epoch_and_a_warning_says_so(
+    kind: str,
+) -> None:
+    _, state = _first_steps(kind, 2)
+    (sampler,) = _ranks(kind, 1)
+    loader = composition.make_loader(kind, "torch 2 workers", sampler)
+    iterator = iter(loader)  # the workers fetch ahead: the sampler's iterator has started
+    with pytest.warns(SamplerWarning, match="load_state_dict during an iteration of"):
+        sampler.load_state_dict(state)
+    received = Counter(_items(iterator))
+    (fresh,) = _ranks(kind, 1)
+    assert received == Counter(_items(iter(composition.make_loader(kind, "torch", fresh))))
+    resumed = Counter(_items(iter(loader)))  # the next iteration: from the loaded state
+    seen, _ = _first_steps(kind, 2)
+    assert seen + resumed == composition.reference_epoch(kind)
+
+
+def test_a_loop_left_and_dropped_before_the_load_gets_no_warning() -> None:
+    """Nobody iterates an iteration the loop left with ``break`` and dropped: loading a
+    state then is the usual resume, without a warning."""
+    _, state = _first_steps("index", 2)
+    (sampler,) = _ranks("index", 1)
+    for _ in composition.make_loader("index", "torch 2 workers", sampler):
+        break
+    sampler.load_state_dict(state)  # SamplerWarning is an error in the tests
+    seen, _ = _first_steps("index", 2)
+    rest = _items(iter(composition.make_loader("index", "torch", sampler)))
+    assert seen + Counter(rest) == composition.reference_epoch("index")
+
+
+# unshard over a stream that repeats samples ------------------------------------------------
+
+
+def _mixture(kind: str, world: int, rank: int, epoch_length: int | None) -> Any:
+    """The composition matrix's mixture of ``kind``, its epoch ``epoch_length`` draws."""
+    c = composition
+    common: dict[str, Any] = {"seed": c.SEED, "epoch_length": epoch_length}
+    if kind == "mixture":
+        return DistributedMixtureSampler(c.SOURCES, [1, 2], world, rank, tail="uneven", **common)
+    if kind == "mixture batch":
+        return DistributedMixtureBatchSampler(
+            c.SOURCES, [1, 2], c.BATCH, world, rank, tail="uneven", **common
+        )
+    if kind == "mixture token":
+        return DistributedMixtureTokenBatchSampler(
+            c.SOURCES, [1, 2], c.LENGTHS, c.MAX_TOKENS, world, rank, **common
+        )
+    return DistributedPackedMixtureSampler(
+        c.SOURCES, [1, 2], c.LENGTHS, 8, 2, world, rank, split=4, window=12, **common
+    )
+
+
+@pytest.mark.parametrize("epoch_length", [None, 5])
+@pytest.mark.parametrize("kind", MIXTURES)
+def test_unshard_keeps_a_mixtures_results_per_position_none_overwritten(
+    kind: str, epoch_length: int | None
+) -> None:
+    """A mixture draws a small source in several passes, so a sample may come twice in
+    an epoch: its results are kept one per position of the epoch (stream order), each
+    position's index given by the plan, none overwritten, none out of range."""
+    ranks = [_mixture(kind, 3, rank, epoch_length) for rank in range(3)]
+    for sampler in ranks:
+        sampler.set_epoch(composition.EPOCH)
+    parts = [[("result of", index) for index in _flat(sampler)] for sampler in ranks]
+    results = unshard(parts, ranks[0])
+    assert len(results) == sum(len(part) for part in parts) == ranks[0].epoch_length
+    expected = ranks[0].plan().indices_at(torch.arange(len(results))).tolist()
+    assert results == [("result of", index) for index in expected]
+    if epoch_length is None:
+        assert len(set(expected)) < len(expected)  # a sample came twice: none overwritten
+
+
+def _flat(sampler: Any) -> list[int]:
+    return [i for item in sampler for i in ([item] if isinstance(item, int) else item)]
+
+
+# A DataLoader that yields out of order -------------------------------------------------------
+
+
+@pytest.mark.parametrize("loader_kind", ["torch", "stateful"])
+def test_a_loader_yielding_out_of_order_refuses_a_state_in_the_loop(loader_kind: str) -> None:
+    """``in_order=False`` with workers: the batches the loop received are not the first
+    ones handed out, so a state in the loop is refused (it was counted as a prefix, and a
+    resume lost some samples and repeated others); after the loop, the epoch is over."""
+    from torch.utils.data import DataLoader
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    (sampler,) = _ranks("batch", 1)
+    kind = DataLoader if loader_kind == "torch" else StatefulDataLoader
+    loader = kind(range(composition.SIZE), batch_sampler=sampler, num_workers=2, in_order=False)
+    received = []
+    for step, batch in enumerate(loader):
+        received += batch.tolist()
+        if step == 0:
+            with pytest.raises(ValueError, match=r"in_order=False and workers.*in_order=True"):
+                sampler.state_dict()
+    assert sampler.state_dict()["finished"]
+    assert (
+        Counter(received) == composition.reference_epoch("batch")
+        and len(received) == composition.SIZE
+    )
+
+
+def test_in_order_false_without_workers_keeps_the_order_and_the_state() -> None:
+    from torch.utils.data import DataLoader
+
+    (sampler,) = _ranks("batch", 1)
+    iterator = iter(DataLoader(range(composition.SIZE), batch_sampler=sampler, in_order=False))
+    next(iterator)
+    assert sampler.state_dict()["position"] == composition.BATCH
+
+
+# A restored rank whose rest of the epoch is empty ---------------------------------------------
+
+
+def test_a_stateful_loader_restored_where_a_ranks_rest_is_empty_goes_on_to_the_next_epoch() -> None:
+    """21 samples on 2 ranks, batches of 2, ``tail="uneven"``: rank 1's 10 samples are 5
+    whole batches, so its loader's state after the epoch's loop is position 20 of 21 (rank
+    0 still had a batch then), and its rest of the epoch is empty. Restored, each rank's
+    every pass is the next epoch, the same on both ranks."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from samplers import DistributedSampler
+
+    def built(rank: int) -> tuple[Any, Any]:
+        sampler = DistributedSampler(range(21), 2, rank, auto_epoch=True, tail="uneven")
+        loader = StatefulDataLoader(range(21), batch_size=2, sampler=sampler, num_workers=2)
+        return sampler, loader
+
+    for rank in (0, 1):
+        sampler, loader = built(rank)
+        for _ in range(2):
+            list(loader)
+        state = loader.state_dict()
+        sampler, loader = built(rank)
+        loader.load_state_dict(state)
+        for epoch in (2, 3):
+            received = _items(loader)
+            expected = DistributedSampler(range(21), 2, rank, tail="uneven")
+            expected.set_epoch(epoch)
+            assert (received, sampler.epoch) == (list(expected), epoch)
+
+
+def test_gather_unsharded_names_a_bad_destination_or_results(tmp_path: Any) -> None:
+    """Checked before the collective (a one-process gloo group): ``dst`` a rank of the
+    group (``True`` was read as rank 1, a float gave a signature dump) and
+    ``local_results`` a sequence."""
+    import torch.distributed as dist
+
+    from samplers import DistributedSampler, gather_unsharded
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        sampler = DistributedSampler(range(5), shuffle=False)
+        results = [f"result {i}" for i in sampler]
+        for dst, error, said in [
+            (3, ValueError, "dst must be a rank of the group, 0 to 0, got 3"),
+            (-1, ValueError, "dst must be a rank of the group, 0 to 0, got -1"),
+            (True, TypeError, "dst must be an integer, got bool True"),
+            (0.0, TypeError, "dst must be an integer, got float 0.0"),
+        ]:
+            with pytest.raises(error, match=said):
+                gather_unsharded(results, sampler, dst=dst)
+        with pytest.raises(TypeError, match=r"local_results must be a sequence .* got NoneType"):
+            gather_unsharded(None, sampler)  # type: ignore[arg-type]
+        assert gather_unsharded(results, sampler, dst=0) == results
+        assert gather_unsharded(results, sampler) == results
+    finally:
+        dist.destroy_process_group()
