@@ -60,8 +60,9 @@ class SamplerCore(ABC):
     #: Set when this iteration began while an earlier one was still being iterated (that
     #: one's epoch and items handed out then): :meth:`state_dict` refuses to choose.
     _ambiguous: tuple[int, int] | None = None
-    #: Set while :meth:`_begin` runs its ``_before_iteration`` hook (which may load a state).
-    _beginning: bool = False
+    #: Set while a subclass loads a state of its own making (a mixture's new weights from
+    #: where it stands): not the caller's load, so no warning about an iteration in progress.
+    _internal_load: bool = False
 
     def _init_core(self, auto_epoch: Any) -> None:
         self.auto_epoch = checks.as_flag("auto_epoch", auto_epoch)
@@ -146,11 +147,7 @@ class SamplerCore(ABC):
         ambiguous.
         """
         loader = loader_progress.find_loader()
-        self._beginning = True  # a state loaded by the hook applies to this iter()
-        try:
-            self._before_iteration()
-        finally:
-            self._beginning = False
+        self._before_iteration()
         previous, undo = self._iterator, self._undo
         if (
             previous is not None
@@ -359,13 +356,15 @@ class SamplerCore(ABC):
         if consumed is not None:
             rank = checks.as_int("rank", self.rank)
             loader_progress.check_steps(self, rank, consumed, iterator, batch_size)
-        steps, ended = self._progress(iterator, consumed)
+        steps, ended = self._progress(iterator, consumed, strict=not ahead_ok)
         position = layout.position_after(steps)
         return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
 
-    def _progress(self, iterator: Progress[Any], consumed: int | None) -> tuple[int, bool]:
+    def _progress(
+        self, iterator: Progress[Any], consumed: int | None, *, strict: bool = True
+    ) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""
-        return loader_progress.loop_received(iterator, self, consumed)
+        return loader_progress.loop_received(iterator, self, consumed, strict=strict)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict`` (saved by any rank of a run of any world size).
@@ -395,7 +394,7 @@ class SamplerCore(ABC):
             iterator is not None
             and iterator.started
             and not iterator.exhausted
-            and not self._beginning
+            and not self._internal_load
             and not self._book.epoch_set
             and not handed_out_all(iterator)
             and held_elsewhere(iterator)
@@ -419,22 +418,28 @@ class SamplerCore(ABC):
         self._iterator = None
         self._undo = None
         self._ambiguous = None
-        if unstarted and not self._beginning:
-            assert iterator is not None
-            self._continue_in(iterator)
+        if unstarted and iterator is not None:
+            # Whoever holds it (a DataLoader iterator made before the state was loaded)
+            # gets, at its first next(), what iter() would give then.
+            iterator.replan = weakref.WeakMethod(self._continue_in)
 
     def _continue_in(self, iterator: Progress[Any]) -> None:
-        """Make ``iterator``, an ``iter()`` not yet advanced, yield what ``iter()`` gives
-        now (from the state just loaded): whoever holds it (a DataLoader iterator created
-        before the state was loaded, say) continues from the loaded position, not from the
-        epoch's start. It stays the iterator of whoever began it (its DataLoader)."""
+        """At the first ``next()`` of ``iterator``, an ``iter()`` made before a state was
+        loaded: it yields what ``iter()`` gives now (the loaded position, after any
+        ``set_epoch`` since), still the iterator of whoever began it (its DataLoader);
+        unless another iteration began since (that one is the sampler's; this one keeps
+        its plan)."""
+        if self._iterator is not None:
+            return
         iter(cast("Iterable[Any]", self))  # each sampler's own iter() (its hooks)
         fresh = self._iterator
         assert fresh is not None
         feed = iterator._feed  # bound to ``iterator``: it feeds the chain ``iterator`` is
         kept = iterator.reader, iterator.loader, iterator.mover, iterator.pipeline
-        iterator.__dict__.clear()  # nothing of the old plan stays (a cached count, say)
-        iterator.__dict__.update(fresh.__dict__)
+        stale = set(iterator.__dict__) - set(fresh.__dict__)
+        iterator.__dict__.update(fresh.__dict__)  # every attribute there at every moment
+        for name in stale:  # nothing of the old plan stays (a cached count, say)
+            del iterator.__dict__[name]
         iterator._feed = feed
         iterator.reader, iterator.loader, iterator.mover, iterator.pipeline = kept
         self._iterator = iterator

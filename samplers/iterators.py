@@ -86,6 +86,10 @@ class Progress(ABC, Generic[_Item]):
     #: Ray Train's loader wrapper iterating the DataLoader that began this iteration, if
     #: any and still alive (a weak reference: ``mover()``); never pickled.
     mover: Callable[[], object | None]
+    #: A weak reference to what is called with this iterator at its first ``next()``,
+    #: before anything is handed out (a sampler whose state was loaded after this
+    #: ``iter()`` re-plans it); set on the few iterators that need it, never pickled.
+    replan: Callable[[], Callable[[Progress[Any]], None] | None] | None = None
     _plan: EpochPlan
     _cursor: tuple[int, Iterator[_Item]]
     _feed: _Feed[_Item]
@@ -200,6 +204,10 @@ class _Feed(Generic[_Item]):
             iterator = self._owner()
             if iterator is None or self._done:
                 raise StopIteration
+            replan = iterator.__dict__.pop("replan", None)
+            method = None if replan is None or iterator.started else replan()
+            if method is not None:
+                method(iterator)  # before anything is handed out: it may re-plan it
             iterator.started = True  # the chain asks for its first chunk at the first next()
             end, current = iterator._cursor
             if operator.length_hint(current):

@@ -158,7 +158,12 @@ def reader_of(loader: object | None, sampler: object) -> dict[str, Any] | None:
 def _in_pipeline(owner: object) -> bool:
     """Whether ``owner`` is a ``torchdata.nodes`` node, or of a subclass of one (as
     :func:`samplers.integrations.torchdata.sampler_node`'s)."""
-    return any(kind.__module__.startswith("torchdata.nodes") for kind in type(owner).__mro__)
+    # A loop, not any() over a generator: no generator object at every iter() (the cost
+    # finding counts the heap to the first index).
+    for kind in type(owner).__mro__:  # noqa: SIM110
+        if kind.__module__.startswith("torchdata.nodes"):
+            return True
+    return False
 
 
 def find_pipeline(skip: int = 1) -> bool:
@@ -329,14 +334,15 @@ def check_steps(
 
 
 def loop_received(
-    iterator: Progress[Any], sampler: object, consumed: int | None
+    iterator: Progress[Any], sampler: object, consumed: int | None, *, strict: bool = True
 ) -> tuple[int, bool]:
     """What the loop reading ``iterator``, an iteration of ``sampler``, has received of it
     (in the sampler's items) and whether it received all of it: ``consumed`` when the
     caller says, else counted from the DataLoader iterator reading it (less the batch a
     Ray wrapper holds ahead), else what ``iterator`` handed out. A ``ValueError`` for a
-    ``consumed`` above what was handed out, and for a DataLoader that yields out of order
-    (no position of the epoch is what its loop received before the epoch's end)."""
+    ``consumed`` above what was handed out, and (``strict``, for a state) for a DataLoader
+    that yields out of order (no position of the epoch is what its loop received before
+    the epoch's end)."""
     if consumed is not None:
         taken = iterator.taken
         if consumed > taken and not iterator.exhausted:
@@ -360,7 +366,7 @@ def loop_received(
         progress = loop_progress(reader, sampler, iterator.count, ahead)
     if progress is None:
         progress = iterator.taken, iterator.exhausted
-    if reader is not None and out_of_order(reader) and not progress[1]:
+    if strict and reader is not None and out_of_order(reader) and not progress[1]:
         raise ValueError(
             "the DataLoader reading this sampler has in_order=False and workers: it "
             "yields each batch when a worker has it ready, not in the sampler's order, "

@@ -111,7 +111,26 @@ def test_a_second_resume_through_an_iterator_made_before_each_load(kind: str) ->
     state = samplers[0].state_dict()
     rest = _drain(kind, _ranks(kind, 1), lambda s: s.load_state_dict(state), early=True)
     assert seen + Counter(_items(rest)) == composition.reference_epoch(kind)
-    assert all(sampler.state_dict()["position"] for sampler in samplers)
+
+
+@pytest.mark.parametrize("held", [True, False])
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_set_epoch_of_the_saved_epoch_after_such_a_load_still_continues_it(
+    kind: str, held: bool
+) -> None:
+    """``iter(loader)``, the state loaded, then the loop's usual ``set_epoch(saved)``: the
+    rest of the epoch once, whether the loop then iterates that iterator (``held``) or
+    drops it and iterates the loader again (the load is taken up at the first ``next()``,
+    not at the load: a ``set_epoch`` in between still chooses the epoch)."""
+    seen, state = _first_steps(kind, 2)
+    rest: Counter[int] = Counter()
+    for sampler in _ranks(kind, 3):
+        loader = composition.make_loader(kind, "torch", sampler)
+        iterator = iter(loader)
+        sampler.load_state_dict(state)
+        sampler.set_epoch(state["epoch"])
+        rest.update(_items(iterator if held else iter(loader)))
+    assert seen + rest == composition.reference_epoch(kind)
 
 
 @pytest.mark.parametrize("kind", composition.SAMPLERS)
@@ -250,6 +269,42 @@ def test_a_loader_yielding_out_of_order_refuses_a_state_in_the_loop(loader_kind:
         Counter(received) == composition.reference_epoch("batch")
         and len(received) == composition.SIZE
     )
+
+
+def test_weights_set_in_a_loop_yielding_out_of_order_are_not_refused() -> None:
+    """Only a state is refused there: set_weights in such a loop applies from where the
+    iteration stops, as in any loop (its warning says so), and the loop runs on."""
+    from torch.utils.data import DataLoader
+
+    (sampler,) = _ranks("mixture", 1)
+    dataset = range(composition.SIZE)  # the indices themselves
+    loader = DataLoader(dataset, batch_size=3, sampler=sampler, num_workers=2, in_order=False)
+    received = []
+    for step, batch in enumerate(loader):
+        received += batch.tolist()
+        if step == 0:
+            with pytest.warns(SamplerWarning, match="set_weights during an iteration"):
+                sampler.set_weights([1, 1])
+    (fresh,) = _ranks("mixture", 1)
+    assert Counter(received) == Counter(_flat(fresh))
+
+
+def test_a_mixtures_weights_applied_at_set_epoch_warn_of_no_load() -> None:
+    """Weights set during an iteration apply at the next ``set_epoch`` (the sampler loads
+    its own state there): that is not the caller's ``load_state_dict`` during an
+    iteration, so that warning does not come."""
+    import warnings
+
+    (sampler,) = _ranks("mixture", 1)
+    iterator = iter(sampler)
+    next(iterator)
+    with pytest.warns(SamplerWarning, match="set_weights during an iteration"):
+        sampler.set_weights([0, 1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sampler.set_epoch(composition.EPOCH + 1)
+    assert not [w for w in caught if "load_state_dict during" in str(w.message)]
+    assert caught  # the rest of the epoch dropped by the new epoch: said, as before
 
 
 def test_in_order_false_without_workers_keeps_the_order_and_the_state() -> None:

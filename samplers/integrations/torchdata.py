@@ -86,6 +86,6 @@ class _Source(SamplerWrapper[Any]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         saved = None if initial_state is None else initial_state.get(self.SAMPLER_KEY)
-        if isinstance(saved, dict) and isinstance(saved.get("epoch"), int):
+        if isinstance(saved, dict) and type(saved.get("epoch")) is int:
             self.sampler.set_epoch(saved["epoch"])
         super().reset(initial_state)

@@ -158,12 +158,15 @@ class _Mixture(SamplerCore):
     def _apply_weights(
         self, values: tuple[Any, ...], new_parts: tuple[int, ...], current: dict[str, Any]
     ) -> None:
-        """The schedule changed to ``new_parts`` from the position of ``current`` (this
-        sampler's state now), which the next iteration continues from."""
+        """The schedule changed to ``new_parts`` from ``current`` (this sampler's state)."""
         position = current["epoch"] * self.epoch_length + current["position"]
         self.schedule = self.schedule.changed(self._reweight_position(position), new_parts)
         self.weights = values
-        self.load_state_dict(self.state_dict_with(current))
+        self._internal_load = True
+        try:
+            self.load_state_dict(self.state_dict_with(current))
+        finally:
+            self._internal_load = False
 
     def _before_iteration(self) -> None:
         """Apply weights set during an iteration from where it stopped (its state now)."""
@@ -279,11 +282,9 @@ class _Mixture(SamplerCore):
             stream_epoch(rest["epoch"], self.epoch_length)
         except ValueError as error:
             raise ValueError(f"state field 'epoch' does not fit: {error}") from None
-        # The schedule first: the core's load continues an iter() not yet advanced from
-        # the state, which plans from the schedule (rest was checked just above).
+        super().load_state_dict(rest)
         self.schedule = schedule
         self.weights = schedule.segments[-1][1]
-        super().load_state_dict(rest)
         self._pending_weights = None
 
     # Agreement and copies -----------------------------------------------------------------
