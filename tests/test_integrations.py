@@ -6,6 +6,7 @@ ranks are simulated with explicit ``num_replicas``/``rank``.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from collections import Counter
@@ -422,6 +423,10 @@ def test_a_pipeline_restored_at_an_epochs_end_saves_the_next_epochs_states(
             assert first + rest == epochs[1]
         else:
             assert first == epochs[1] and (rest or list(again)) == epochs[2]
+    # The pipelines' prefetch threads end here, on this thread: torchdata's mapper cannot
+    # join its own thread when the garbage collector happens to run on it later.
+    del uninterrupted, loader, restored, iterator, again
+    gc.collect()
 
 
 def test_the_trainer_is_warned_when_an_epoch_has_more_batches_than_it_plans() -> None:
