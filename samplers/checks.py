@@ -102,14 +102,20 @@ def as_flag(name: str, value: Any, *, error: type[TypeError] = TypeError) -> boo
 
 
 def world_size(value: Any) -> int:
-    """A validated ``num_replicas``: an integer of at least 1.
+    """A validated ``num_replicas``: an integer of at least 1 and below ``2**63``.
 
     The stock sampler reports ``num_replicas=0`` as an invalid *rank*; this says what is
-    wrong, in the same ``ValueError``.
+    wrong, in the same ``ValueError``. Ranks and positions are int64 in the plan's
+    tensors, so ``2**63`` replicas or more are refused here, by name.
     """
     size = as_int("num_replicas", value, error=IntegerTypeError)
     if size < 1:
         raise ValueError(f"num_replicas must be at least 1, got {size}")
+    if size >= 1 << 63:
+        raise ValueError(
+            f"num_replicas must be below 2**63 (ranks are int64 in the sampler's tensors), "
+            f"got {size}"
+        )
     return size
 
 

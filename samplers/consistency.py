@@ -160,12 +160,27 @@ def compare_settings(
             f"the samplers on ranks {ranks} have ranks {held}, expected each of 0..{size - 1} once"
         )
     stated = {repr(entry.get("num_replicas")) for entry in settings if "num_replicas" in entry}
-    if len(stated) == 1 and settings[0].get("num_replicas") != size:
-        problems.append(
-            f"the samplers use num_replicas={settings[0].get('num_replicas')}, but the group "
-            f"they shard over has {size} processes (ranks {ranks}): build them with "
-            f"num_replicas={size}, or leave num_replicas out"
+    stated_size = settings[0].get("num_replicas") if settings else None
+    if len(stated) == 1 and stated_size != size:
+        problem = (
+            f"the samplers use num_replicas={stated_size}, but the group they shard over has "
+            f"{size} processes (ranks {ranks}): build them with num_replicas={size}, or leave "
+            "num_replicas out"
         )
+        if (
+            isinstance(stated_size, int)
+            and not isinstance(stated_size, bool)
+            and 0 < stated_size < size
+            and size % stated_size == 0
+        ):
+            # Fewer replicas than processes, a divisor: maybe replicas read the same samples.
+            problem += (
+                f"; or, if every {size // stated_size} of these processes are replicas that "
+                "must read the same samples (tensor or context parallelism), pass their "
+                f"data-parallel group of {stated_size} processes as group= to the samplers "
+                "and to check_consistent (a DeviceMesh's mesh['dp'], say)"
+            )
+        problems.append(problem)
     return "; ".join(problems) or None
 
 

@@ -107,6 +107,17 @@ class SamplerCore(ABC):
         """The current epoch's plan, read from the attributes as they are now."""
         return self._plan(0)
 
+    def iteration_plan(self) -> EpochPlan:
+        """The plan this rank's results of the current epoch follow (what ``unshard``
+        reads): the iteration begun last, if of this epoch (a resumed one starts at the
+        loaded position); else the one the next ``iter()`` continues a loaded state with;
+        else :meth:`plan`."""
+        epoch, iterator = checks.epoch(self.epoch), self._iterator
+        if iterator is not None and iterator.plan.epoch == epoch:
+            return iterator.plan
+        peeked = self._book.peek(epoch, checks.seed(self.seed))
+        return self._plan_from(peeked[1]) if peeked and peeked[0] == epoch else self.plan()
+
     def _settings_plan(self, layout: Layout, sizes: ShardSizes | None = None) -> EpochPlan:
         """The plan of ``layout`` over this sampler's epoch order, validated as it is now."""
         shuffle = checks.as_flag("shuffle", self.shuffle)
@@ -301,18 +312,8 @@ class SamplerCore(ABC):
     def _refuse_ambiguous(self) -> None:
         """Raise when this iteration began while an earlier one was still being iterated:
         the state could be either's, and a wrong one skips or repeats samples."""
-        if self._ambiguous is None:
-            return
-        epoch, taken = self._ambiguous
-        raise ValueError(
-            f"{type(self).__name__}.state_dict() is ambiguous: iter() was called while an "
-            f"iteration of epoch {epoch} was still being iterated ({taken} items handed out, "
-            "not finished), so two iterations of this sampler are in progress and a state "
-            "records one position. To peek at the order without starting an iteration, "
-            "iterate a copy at the same epoch (peek = copy.copy(sampler); "
-            "peek.set_epoch(sampler.epoch)); a new iteration (the next epoch's iter() or "
-            "load_state_dict) ends this"
-        )
+        if self._ambiguous is not None:
+            raise state.ambiguous(type(self).__name__, *self._ambiguous)
 
     def _saved(
         self, consumed: int | None, batch_size: int | None = None, *, ahead_ok: bool = False

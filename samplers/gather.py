@@ -33,9 +33,14 @@ class Planned(Protocol):
 
 
 def _plan_of(sampler: Planned | EpochPlan) -> EpochPlan:
+    """``sampler`` itself, or the plan its results follow: its ``iteration_plan()`` (the
+    samplers here: a resumed iteration's plan starts at the loaded position), else
+    ``plan()``."""
     if isinstance(sampler, EpochPlan):
         return sampler
-    plan = getattr(sampler, "plan", None)
+    plan = getattr(sampler, "iteration_plan", None)
+    if not callable(plan):
+        plan = getattr(sampler, "plan", None)
     if not callable(plan):
         raise TypeError(
             "sampler must be one of this package's samplers (with a plan() method) or an "
@@ -65,9 +70,11 @@ def unshard(parts: Sequence[Sequence[Any]], sampler: Planned | EpochPlan) -> lis
     sources are drawn in passes (a sample may come twice in an epoch): ``epoch_length``
     results, one per position of the epoch (``sampler.plan().indices_at(positions)``
     gives each position's ``ConcatDataset`` index, or piece id). ``sampler`` is
-    any rank's sampler of the same configuration, at the epoch the results are from (its
-    ``plan()`` is read; or pass that ``EpochPlan``). Samples no rank received (tail
-    ``"drop"``) hold ``None``. Raises ``TypeError`` naming ``parts`` (or ``parts[r]``)
+    any rank's sampler that yielded the results, or one of the same configuration at that
+    epoch and progress (its ``iteration_plan()`` is read; or pass that ``EpochPlan``).
+    After a resume the results are those of the resumed iteration: the samples handed out
+    before the loaded position hold ``None``, as do samples no rank received (tail
+    ``"drop"``). Raises ``TypeError`` naming ``parts`` (or ``parts[r]``)
     when it is not a sequence, and ``ValueError`` when the number of parts is not the
     world size or a part's length is not what its rank was handed.
     """
@@ -123,7 +130,11 @@ def gather_unsharded(
     ``group``) does (``gather_object``) and the others get ``None``. ``group`` (a
     ``ProcessGroup`` or a 1-D ``DeviceMesh``) defaults to the group the sampler shards
     over, so tensor-parallel replicas do not hand in their parts twice. Every rank of the
-    group must call it.
+    group must call it. Each part is placed by the rank of the sampler that yielded it
+    (``sampler.rank``, sent along), not by its process's rank in ``group``; a group whose
+    size is not the sampler's ``num_replicas``, or whose samplers' ranks are not each of
+    ``0 .. W - 1`` once, raises ``ValueError`` naming ``group`` on every rank that
+    receives the results (after the collective: no rank waits on one that raised).
     """
     if group is None:
         group = getattr(sampler, "group", None)
@@ -138,15 +149,42 @@ def gather_unsharded(
         dst = checks.as_int("dst", dst)
         if not 0 <= dst < world_size:
             raise ValueError(f"dst must be a rank of the group, 0 to {world_size - 1}, got {dst}")
-    local = list(local_results)
+    plan = _plan_of(sampler)
+    rank = getattr(sampler, "rank", None)  # an EpochPlan has none: the group's rank
+    rank = dist.get_rank(group) if rank is None else checks.as_int("sampler.rank", rank)
+    own = (rank, list(local_results))
     if dst is None:
         everyone: list[Any] = [None] * world_size
-        dist.all_gather_object(everyone, local, group=group)
-        return unshard(everyone, sampler)
+        dist.all_gather_object(everyone, own, group=group)
+        return unshard(_by_sampler_rank(everyone, plan), plan)
     if dist.get_rank(group) == dst:
         received: list[Any] | None = [None] * world_size
     else:
         received = None
     destination = dist.get_global_rank(group, dst) if group is not None else dst
-    dist.gather_object(local, received, dst=destination, group=group)
-    return None if received is None else unshard(received, sampler)
+    dist.gather_object(own, received, dst=destination, group=group)
+    return None if received is None else unshard(_by_sampler_rank(received, plan), plan)
+
+
+def _by_sampler_rank(received: list[Any], plan: EpochPlan) -> list[Any]:
+    """The parts of ``(sampler rank, results)`` pairs, in sampler-rank order, or
+    ``ValueError`` naming ``group`` when the group is not the one the samplers shard over
+    (checked after the collective, so that no rank waits on one that raised)."""
+    replicas = plan.layout.world_size
+    if replicas != len(received):
+        raise ValueError(
+            f"group has {len(received)} processes but the sampler shards over "
+            f"num_replicas={replicas}: pass the group it shards over (its group=, or the "
+            "data-parallel group, a DeviceMesh's mesh['dp'], say)"
+        )
+    ranks = [rank for rank, _ in received]
+    if sorted(ranks) != list(range(replicas)):
+        raise ValueError(
+            f"group holds samplers of ranks {ranks}, in the group's order; expected each of "
+            f"0..{replicas - 1} once: gather over the group the samplers shard over (its "
+            "group=, or the data-parallel group)"
+        )
+    parts: list[Any] = [None] * len(received)
+    for rank, results in received:
+        parts[rank] = results
+    return parts

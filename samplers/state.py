@@ -40,7 +40,7 @@ from samplers import checks
 from samplers.options import TAILS
 from samplers.plan import Batched, Layout, Strided
 
-__all__ = ["LATER_FIELDS", "STATE_VERSION", "Saved", "decode", "encode"]
+__all__ = ["LATER_FIELDS", "STATE_VERSION", "Saved", "ambiguous", "decode", "encode"]
 
 #: The version :func:`encode` writes.
 STATE_VERSION = 2
@@ -76,6 +76,21 @@ class Saved:
     def fresh(self) -> bool:
         """Nothing of the epoch was handed out: it starts afresh."""
         return self.position == 0 and not self.finished
+
+
+def ambiguous(name: str, epoch: int, taken: int) -> ValueError:
+    """The error of ``name.state_dict()`` while two iterations are in progress (``iter()``
+    called while one of ``epoch`` had handed out ``taken`` items): either's position
+    would do, and a wrong one skips or repeats samples."""
+    return ValueError(
+        f"{name}.state_dict() is ambiguous: iter() was called while an "
+        f"iteration of epoch {epoch} was still being iterated ({taken} items handed out, "
+        "not finished), so two iterations of this sampler are in progress and a state "
+        "records one position. To peek at the order without starting an iteration, "
+        "iterate a copy at the same epoch (peek = copy.copy(sampler); "
+        "peek.set_epoch(sampler.epoch)); a new iteration (the next epoch's iter() or "
+        "load_state_dict) ends this"
+    )
 
 
 def encode(

@@ -54,6 +54,19 @@ def _collectives(_: object) -> dict[str, Any]:
     wrapper = DistributedSamplerWrapper(DistributedSampler(range(SIZE), 1, 0), tail="uneven")
     result["wrapper gathered"] = gather_unsharded(list(wrapper), wrapper)
     result["wrapper stream"] = wrapper.stream().tolist()
+
+    # Sampler ranks numbered against the processes': each part goes to its sampler's rank.
+    reversed_ranks = DistributedSampler(range(SIZE), WORLD_SIZE, WORLD_SIZE - 1 - rank, seed=4)
+    local = [("result of", index) for index in reversed_ranks]
+    result["reversed ranks gathered"] = gather_unsharded(local, reversed_ranks)
+    for name, sampler in (
+        ("not the group", DistributedSampler(range(SIZE), 1, 0)),
+        ("a rank twice", DistributedSampler(range(SIZE), WORLD_SIZE, min(rank, 1))),
+    ):
+        try:
+            gather_unsharded(list(sampler), sampler)
+        except ValueError as error:
+            result[f"gathered over {name}"] = str(error)
     return result
 
 
@@ -79,3 +92,13 @@ def test_agreed_seeds_consistency_checks_and_exact_gathering() -> None:
         # A wrapper's results come back in stream order: here the inner sampler's order.
         assert result["wrapper gathered"] == result["wrapper stream"]
         assert sorted(result["wrapper stream"]) == list(range(SIZE))
+        assert result["reversed ranks gathered"] == [("result of", i) for i in range(SIZE)]
+        assert result["gathered over not the group"] == (
+            "group has 3 processes but the sampler shards over num_replicas=1: pass the group "
+            "it shards over (its group=, or the data-parallel group, a DeviceMesh's "
+            "mesh['dp'], say)"
+        )
+        assert result["gathered over a rank twice"].startswith(
+            "group holds samplers of ranks [0, 1, 1], in the group's order; expected each of "
+            "0..2 once"
+        )

@@ -364,7 +364,11 @@ GOOD_SECONDS = [0.1, 0.2, 0.3, 0.4, 0.5]
         ({"seconds": [0.1, 0.2, 0.3, 0.4, float("nan")]}, ValueError, r"seconds\[4\] .* nan"),
         ({"seconds": [0.1, "0.2", 0.3, 0.4, 0.5]}, TypeError, r"seconds\[1\] .* got str"),
         ({"batches": [[1], [], [2], [3], [4]]}, ValueError, r"batches\[1\] is an empty batch"),
-        ({"batches": [[1], [2], [3, -4], [3], [4]]}, ValueError, r"batches\[2\]\[1\] .* got -4"),
+        (
+            {"batches": [[1], [2], [3, -4], [3], [4]]},
+            ValueError,
+            r"batches\[2\] must be at least 0, got batches\[2\]\[1\] = -4",
+        ),
         ({"batches": [[1], [2], [3], [2.5], [4]]}, TypeError, r"batches\[3\]\[0\] .* float 2.5"),
         ({"batches": [[1], [2], [3], [4], 5]}, TypeError, r"batches\[4\] .* sequence .* int"),
         (

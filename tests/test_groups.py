@@ -149,6 +149,19 @@ def test_a_world_size_that_is_not_the_groups_is_reported() -> None:
         "the samplers use num_replicas=4, but the group they shard over has 2 processes "
         "(ranks [0, 1]): build them with num_replicas=2, or leave num_replicas out"
     )
+    # Fewer replicas than processes, a divisor: tensor-parallel peers built the stock way
+    # (num_replicas=dp size, rank=dp rank) read the right data; checked over the whole
+    # job, the advice was only "num_replicas=4", which gives those peers different data.
+    peers = [{"num_replicas": 2, "rank": rank} for rank in (0, 0, 1, 1)]
+    assert compare_settings(peers, [0, 1, 2, 3]) == (
+        "the samplers on ranks [0, 1, 2, 3] have ranks [0, 0, 1, 1], expected each of 0..3 "
+        "once; the samplers use num_replicas=2, but the group they shard over has 4 "
+        "processes (ranks [0, 1, 2, 3]): build them with num_replicas=4, or leave "
+        "num_replicas out; or, if every 2 of these processes are replicas that must read "
+        "the same samples (tensor or context parallelism), pass their data-parallel group "
+        "of 2 processes as group= to the samplers and to check_consistent (a DeviceMesh's "
+        "mesh['dp'], say)"
+    )
     differing = [{"num_replicas": 4, "rank": 0}, {"num_replicas": 2, "rank": 1}]
     assert (
         compare_settings(differing, [5, 7]) == "num_replicas differs (ranks [5]: 4; ranks [7]: 2)"

@@ -240,6 +240,36 @@ def test_unshard_keeps_a_mixtures_results_per_position_none_overwritten(
         assert len(set(expected)) < len(expected)  # a sample came twice: none overwritten
 
 
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_unshard_after_a_resume_places_the_resumed_results_where_they_belong(
+    kind: str, world: int
+) -> None:
+    """Saved after 2 steps on 2 ranks, the rest of the epoch evaluated on ``world`` ranks:
+    the results go where their samples are (each sample's own, or each position's for a
+    stream) and the samples handed out before the state hold ``None``. unshard read the
+    plan from the epoch's start: the results went to the wrong samples when the resumed
+    shares were as long as whole ones, and otherwise it raised, miscounting the share."""
+    seen, state = _first_steps(kind, 2)
+    resumed = [composition.SAMPLERS[kind](world, rank) for rank in range(world)]
+    parts = []
+    for sampler in resumed:
+        sampler.load_state_dict(state)
+        parts.append([("result of", item) for item in _flat(sampler)])
+    handed = Counter(item for part in parts for _, item in part)
+    assert seen + handed == composition.reference_epoch(kind)
+    for sampler in resumed:  # any rank's sampler
+        results = unshard(parts, sampler)
+        kept = [result for result in results if result is not None]
+        assert Counter(item for _, item in kept) == handed
+        assert results.count(None) == len(results) - sum(handed.values())
+        # Each result in its own slot: the sample's, or (a stream) the position's sample.
+        slots = torch.arange(len(results))
+        owners = slots if sampler.plan().order.permutes else sampler.plan().indices_at(slots)
+        for result, owner in zip(results, owners.tolist(), strict=True):
+            assert result in (None, ("result of", owner))
+
+
 def _flat(sampler: Any) -> list[int]:
     return [i for item in sampler for i in ([item] if isinstance(item, int) else item)]
 

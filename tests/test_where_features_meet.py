@@ -33,7 +33,9 @@ from samplers import (
     DistributedMixtureSampler,
     DistributedMixtureTokenBatchSampler,
     DistributedPackedBatchSampler,
+    DistributedPackedMixtureSampler,
     DistributedSampler,
+    DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
     SamplerWarning,
     TokenCost,
@@ -240,7 +242,7 @@ def test_a_batchs_reported_cost_is_exact_past_int64(kind: str, quadratic: int | 
 @pytest.mark.parametrize(
     ("lengths", "error", "said"),
     [
-        ([4, -5], ValueError, r"lengths\[1\] must be at least 0, got -5"),
+        ([4, -5], ValueError, r"lengths must be at least 0, got lengths\[1\] = -5"),
         ([1.7, 2], TypeError, r"lengths\[0\] must be an integer, got float 1.7"),
         ([True], TypeError, r"lengths\[0\] must be an integer, got bool True"),
     ],
@@ -501,6 +503,43 @@ def test_padding_past_int64_positions_is_refused_naming_num_replicas() -> None:
     said = rf"num_replicas={world}, batch_size=4 over dataset_size=10 lays the epoch out"
     with pytest.raises(ValueError, match=said):
         list(DistributedBatchSampler(range(10), 4, world, world - 1, shuffle=False))
-    with pytest.raises(ValueError, match=rf"num_replicas={2**63} over dataset_size=10"):
-        list(DistributedSampler(range(10), 2**63, 2**63 - 1, shuffle=False))
     assert list(DistributedBatchSampler(range(10), 4, 2**40, 7, shuffle=False)) == [[8, 9, 0, 1]]
+
+
+def test_a_share_whose_stop_passes_int64_hands_out_its_last_position() -> None:
+    """2**62 + 1 ranks over 10 samples, padded: the last rank's one position is 2**62,
+    padding index 2**62 mod 10 = 4; the share's arange stopped at 2**63 + 1, past int64,
+    and raised torch's overflow error. The stop is now the last position plus one."""
+    world = 2**62 + 1
+    assert list(DistributedSampler(range(10), world, world - 1, shuffle=False)) == [4]
+    assert list(DistributedSampler(range(10), world, 3, shuffle=False)) == [3]
+
+
+_SOURCES = [range(5), range(5)]
+_BUILT_OVER = {
+    "sampler": lambda world: DistributedSampler(range(10), world, 0),
+    "batches": lambda world: DistributedBatchSampler(range(10), 2, world, 0),
+    "tokens": lambda world: DistributedTokenBatchSampler([3] * 10, 8, world, 0),
+    "packed": lambda world: DistributedPackedBatchSampler([3] * 10, 8, 2, world, 0),
+    "mixture": lambda world: DistributedMixtureSampler(_SOURCES, [1, 1], world, 0),
+    "mixture batches": lambda world: DistributedMixtureBatchSampler(_SOURCES, [1, 1], 2, world, 0),
+    "token mixture": lambda world: DistributedMixtureTokenBatchSampler(
+        _SOURCES, [1, 1], [3] * 10, 8, world, 0
+    ),
+    "packed mixture": lambda world: DistributedPackedMixtureSampler(
+        _SOURCES, [1, 1], [3] * 10, 8, 2, world, 0
+    ),
+    "wrapper": lambda world: DistributedSamplerWrapper(list(range(10)), world, 0),
+}
+
+
+@pytest.mark.parametrize("world", [2**63, 2**64])
+@pytest.mark.parametrize("name", sorted(_BUILT_OVER))
+def test_every_sampler_refuses_more_replicas_than_int64_ranks_naming_num_replicas(
+    name: str, world: int
+) -> None:
+    """Ranks are int64 in the plan's tensors: 2**63 replicas or more gave torch's
+    "int too big to convert" from the token samplers' first batch (not naming
+    num_replicas); every sampler now refuses them, by name."""
+    with pytest.raises(ValueError, match=rf"num_replicas must be below 2\*\*63 .* got {world}"):
+        list(_BUILT_OVER[name](world))

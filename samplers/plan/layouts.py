@@ -158,7 +158,12 @@ class Strided(Layout):
         lo, hi = _share_range(lo, hi, self.count(rank))
         first = self.start + rank
         step = self.world_size
-        return torch.arange(first + lo * step, first + hi * step, step, dtype=torch.int64)
+        if hi <= lo:
+            return torch.empty(0, dtype=torch.int64)
+        # The stop just past the last position: ``first + hi * step`` may pass int64 where
+        # every position fits (2**62 + 1 ranks).
+        last = first + (hi - 1) * step
+        return torch.arange(first + lo * step, last + 1, step, dtype=torch.int64)
 
     def below_size(self, rank: int) -> slice:
         """``rank``'s positions below ``N`` (not padding) as a slice of the epoch order;

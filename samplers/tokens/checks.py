@@ -6,7 +6,7 @@ Each error names the argument and the value.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -15,7 +15,14 @@ import torch
 from samplers.checks import SamplerWarning, as_int
 from samplers.options import TAILS, Tail
 
-__all__ = ["OVER_BUDGET", "choice", "lengths_tensor", "token_tail", "warn_over_budget"]
+__all__ = [
+    "OVER_BUDGET",
+    "choice",
+    "length_ints",
+    "lengths_tensor",
+    "token_tail",
+    "warn_over_budget",
+]
 
 
 def lengths_tensor(lengths: Any) -> torch.Tensor:
@@ -61,17 +68,25 @@ def lengths_tensor(lengths: Any) -> torch.Tensor:
     return _signed(values)
 
 
+def length_ints(items: Iterable[Any], name: str = "lengths") -> list[int]:
+    """Each of ``items`` as a Python int of at least 0, or an error naming the first that
+    is not one (``{name}[i]``): ``TypeError`` for a non-integer, ``ValueError`` below 0."""
+    values = []
+    for number, item in enumerate(items):
+        value = as_int(f"{name}[{number}]", item)
+        if value < 0:
+            raise ValueError(f"{name} must be at least 0, got {name}[{number}] = {value}")
+        values.append(value)
+    return values
+
+
 def _one_by_one(items: list[Any]) -> torch.Tensor:
     """``items`` torch could not take at once (integer-likes of several kinds, or values
     int64 cannot hold), as int64, or an error naming the first that is not a length."""
-    values = []
-    for number, item in enumerate(items):
-        value = as_int(f"lengths[{number}]", item)
-        if value < 0:
-            raise ValueError(f"lengths must be at least 0, got lengths[{number}] = {value}")
+    values = length_ints(items)
+    for number, value in enumerate(values):
         if value >= 2**63:
             raise ValueError(f"lengths must be below 2**63, got lengths[{number}] = {value}")
-        values.append(value)
     return torch.tensor(values, dtype=torch.int64)
 
 

@@ -51,7 +51,8 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from samplers.checks import SamplerWarning, as_int
+from samplers.checks import SamplerWarning
+from samplers.tokens.checks import length_ints
 
 __all__ = ["BUDGET_LIMIT", "COSTS", "Cost", "CostLike", "TokenCost", "as_cost", "warn_costly"]
 
@@ -251,12 +252,7 @@ class TokenCost:
         """One batch's cost in tokens (cost units / :attr:`scale`), for reports. Summed
         exactly in Python integers (a float only at the end); ``lengths`` must be integers
         of at least 0 (``TypeError`` or ``ValueError`` naming the first that is not)."""
-        values = []
-        for number, length in enumerate(lengths):
-            value = as_int(f"lengths[{number}]", length)
-            if value < 0:
-                raise ValueError(f"lengths[{number}] must be at least 0, got {value}")
-            values.append(value)
+        values = length_ints(lengths)
         if not values:
             return 0.0
         if self.kind == "padded":

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from samplers.checks import as_int
+from samplers.tokens.checks import length_ints
 from samplers.tokens.cost import COSTS, Cost, TokenCost
 
 __all__ = [
@@ -147,12 +148,9 @@ def _lengths(name: str, batch: Any) -> list[int]:
         batch = batch.tolist()
     if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
         raise TypeError(f"{name} must be a sequence of lengths, got {type(batch).__name__}")
-    values = [as_int(f"{name}[{i}]", value) for i, value in enumerate(batch)]
+    values = length_ints(batch, name)
     if not values:
         raise ValueError(f"{name} is an empty batch: a measured step needs samples")
-    for i, value in enumerate(values):
-        if value < 0:
-            raise ValueError(f"{name}[{i}] must be a length of at least 0, got {value}")
     return values
 
 
