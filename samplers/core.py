@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from samplers import checks, consistency, loader_progress, state
 from samplers.epochs import EpochBook, Undo
-from samplers.iterators import Progress, handed_out_all, held_elsewhere
+from samplers.iterators import Progress, handed_out_all, held_elsewhere, take_over
 from samplers.options import Tail
 from samplers.plan import EpochPlan, Layout, ShardSizes
 
@@ -175,13 +175,18 @@ class SamplerCore(ABC):
             # replace it instead of counting it. One that had nothing to hand out (this
             # rank's rest of a restored epoch, empty) was a pass of the loop: it counts.
             self._book, self.epoch = undo.book.copy(), undo.epoch_before
+            if not previous.started:  # if its holder begins it after all: see _began_after
+                previous.replan = weakref.WeakMethod(self._began_after)
             previous = None  # not an iteration of its own
-        book_before, epoch_before = self._book.copy(), checks.epoch(self.epoch)
+        book_before, epoch_before = self._book, checks.epoch(self.epoch)
         # Bool-likes written as attributes (numpy.True_, 1) count as what they mean.
         shuffle = checks.as_flag("shuffle", self.shuffle)
-        self._book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
+        # Settled on a copy of the book, put in place after the iterator (the one before
+        # kept for an undo): a state read meanwhile sees the loaded position, not epoch 0.
+        book = book_before.copy()
+        book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
         try:
-            epoch, start = self._book.begin(
+            epoch, start = book.begin(
                 epoch_before, checks.seed(self.seed), shuffle, type(self).__name__, 3
             )
             if epoch != epoch_before:
@@ -189,7 +194,7 @@ class SamplerCore(ABC):
             plan = self._plan_from(start)
             iterator = self._new_iterator(plan)
         except BaseException:
-            self._book, self.epoch = book_before, epoch_before
+            self.epoch = epoch_before
             raise
         iterator.reader = loader_progress.reader_of(loader, self)
         iterator.pipeline = loader is None and loader_progress.find_pipeline()
@@ -214,6 +219,7 @@ class SamplerCore(ABC):
         ):
             self._ambiguous = (previous.plan.epoch, previous.taken)
         self._iterator = iterator
+        self._book = book
         self._undo = Undo(book_before, epoch_before, epoch)
         return iterator
 
@@ -433,17 +439,16 @@ class SamplerCore(ABC):
         if self._iterator is not None:
             return
         iter(cast("Iterable[Any]", self))  # each sampler's own iter() (its hooks)
-        fresh = self._iterator
-        assert fresh is not None
-        feed = iterator._feed  # bound to ``iterator``: it feeds the chain ``iterator`` is
-        kept = iterator.reader, iterator.loader, iterator.mover, iterator.pipeline
-        stale = set(iterator.__dict__) - set(fresh.__dict__)
-        iterator.__dict__.update(fresh.__dict__)  # every attribute there at every moment
-        for name in stale:  # nothing of the old plan stays (a cached count, say)
-            del iterator.__dict__[name]
-        iterator._feed = feed
-        iterator.reader, iterator.loader, iterator.mover, iterator.pipeline = kept
+        assert self._iterator is not None
+        take_over(iterator, self._iterator)
         self._iterator = iterator
+
+    def _began_after(self, iterator: Progress[Any]) -> None:
+        """At the first ``next()`` of ``iterator``, an ``iter()`` a later one replaced: if
+        that one handed out items (a peek), :meth:`state_dict` refuses to choose."""
+        current = self._iterator
+        if current is not None and current is not iterator and current.taken:
+            self._ambiguous = (current.plan.epoch, current.taken)
 
     # Agreement --------------------------------------------------------------------------
 

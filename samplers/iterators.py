@@ -39,6 +39,7 @@ __all__ = [
     "ShareIterator",
     "handed_out_all",
     "held_elsewhere",
+    "take_over",
 ]
 
 #: How many indices of a held share are turned into Python ints at a time (after a first
@@ -330,3 +331,17 @@ def handed_out_all(iterator: Progress[Any]) -> bool:
     counts a finished epoch)."""
     layout = iterator.plan.layout
     return layout.position_after(iterator.taken) >= layout.stop
+
+
+def take_over(iterator: Progress[Any], fresh: Progress[Any]) -> None:
+    """``iterator`` re-planned in place to what ``fresh`` (a new iteration, not yet
+    advanced) hands out, still the iterator of whoever holds it: its chain, reader,
+    loader, mover and pipeline flag kept, every other attribute ``fresh``'s."""
+    feed = iterator._feed  # bound to ``iterator``: it feeds the chain ``iterator`` is
+    kept = iterator.reader, iterator.loader, iterator.mover, iterator.pipeline
+    stale = set(iterator.__dict__) - set(fresh.__dict__)
+    iterator.__dict__.update(fresh.__dict__)  # every attribute there at every moment
+    for name in stale:  # nothing of the old plan stays (a cached count, say)
+        del iterator.__dict__[name]
+    iterator._feed = feed
+    iterator.reader, iterator.loader, iterator.mover, iterator.pipeline = kept

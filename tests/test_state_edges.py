@@ -22,6 +22,7 @@ from samplers import (
     DistributedSampler,
     DistributedSamplerWrapper,
     DistributedTokenBatchSampler,
+    SamplerWarning,
 )
 
 KINDS = ("sampler", "batch", "wrapper", "tokens")
@@ -70,6 +71,53 @@ def test_a_peek_while_the_loop_iterates_makes_state_dict_refuse_and_say_why() ->
     resumed.load_state_dict(state)
     assert list(resumed) == rest
     assert len(rest) == 20 and not set(rest) & set(taken[1])
+
+
+@pytest.mark.parametrize("loader", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_peek_before_the_loops_first_item_makes_state_dict_refuse(
+    kind: str, loader: bool
+) -> None:
+    """The loop's ``iter()`` (or ``iter(loader)``, which calls it), then a callback's peek,
+    then the loop: the peek replaced the loop's unstarted iteration, and the state counted
+    the peek's one item, not the loop's (a resume repeated what the loop had taken). Two
+    iterations are in progress: refused, as for a peek mid-loop."""
+    sampler = make(kind, shuffle=False)
+    if loader:
+        dataset = range(40)
+        batched = kind in ("batch", "tokens")
+        reader = (
+            DataLoader(dataset, batch_sampler=sampler)
+            if batched
+            else DataLoader(dataset, sampler=sampler, batch_size=2)
+        )
+        loop = iter(reader)
+    else:
+        loop = iter(sampler)
+    next(iter(sampler))  # the callback's peek
+    if loader and kind == "wrapper":  # its stream shuffles: a second pass of epoch 0
+        with pytest.warns(SamplerWarning, match="iterated again at epoch 0"):
+            list(islice(loop, 3))
+    else:
+        list(islice(loop, 3))
+    if loader and kind in ("sampler", "wrapper"):
+        # The DataLoader's BatchSampler calls iter(sampler) at the loop's first batch,
+        # after the peek: that iteration is the loop's (3 batches of 2 on 2 ranks).
+        assert sampler.state_dict()["position"] == 12
+        return
+    with pytest.raises(ValueError, match=r"ambiguous"):
+        sampler.state_dict()
+    sampler.set_epoch(1)  # the next epoch ends it
+    assert sampler.state_dict()["position"] == 0
+
+
+def test_an_iter_dropped_unstarted_before_the_loop_leaves_the_loop_alone() -> None:
+    """``iter()`` never advanced and dropped, then the loop: the loop's state, no error."""
+    sampler = make("sampler", shuffle=False)
+    iter(sampler)
+    loop = iter(sampler)
+    list(islice(loop, 7))
+    assert sampler.state_dict()["position"] == 14
 
 
 def test_state_dict_stays_refused_after_the_loop_ends_until_the_next_iteration() -> None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import composition  # every sampler we ship, built for a rank
 import pytest
 import torch
 from torch.utils.data import RandomSampler
@@ -180,3 +181,35 @@ def test_two_threads_draining_one_iterator_receive_every_item_exactly_once(
     assert iterator.taken == len(expected)
     state = sampler.state_dict()
     assert state["finished"]
+
+
+# A state read while iter() takes up a loaded state ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(composition.SAMPLERS))
+def test_a_state_read_while_iter_takes_up_a_loaded_state_is_the_loaded_position(
+    kind: str,
+) -> None:
+    """``iter()`` of a sampler with a loaded state, a state read in the middle of it (as
+    another thread would, here from the sampler's own hook that builds the iterator):
+    the loaded position. ``iter()`` used up the loaded state before it kept the new
+    iterator, and a read in between said position 0 of the epoch."""
+    sampler = composition.SAMPLERS[kind](2, 1)
+    sampler.set_epoch(composition.EPOCH)
+    iterator = iter(sampler)
+    next(iterator)
+    saved = sampler.state_dict()
+    assert saved["position"] > 0
+    resumed = composition.SAMPLERS[kind](3, 2)
+    resumed.load_state_dict(saved)
+    build = resumed._new_iterator
+    read: list[int] = []
+
+    def building(plan: Any) -> Any:
+        read.append(resumed.state_dict()["position"])
+        return build(plan)
+
+    resumed._new_iterator = building  # type: ignore[method-assign]
+    iter(resumed)
+    assert read == [saved["position"]]
+    assert resumed.state_dict()["position"] == saved["position"]
