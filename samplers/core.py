@@ -315,12 +315,6 @@ class SamplerCore(ABC):
             self._order_fields(),
         )
 
-    def _refuse_ambiguous(self) -> None:
-        """Raise when this iteration began while an earlier one was still being iterated:
-        the state could be either's, and a wrong one skips or repeats samples."""
-        if self._ambiguous is not None:
-            raise state.ambiguous(type(self).__name__, *self._ambiguous)
-
     def _saved(
         self, consumed: int | None, batch_size: int | None = None, *, ahead_ok: bool = False
     ) -> state.Saved:
@@ -329,8 +323,9 @@ class SamplerCore(ABC):
         otherwise refused to all but the pipeline."""
         pending = self._book.pending
         iterator = self._iterator
-        if pending is None and iterator is not None and not self._book.epoch_set:
-            self._refuse_ambiguous()
+        ambiguous = self._ambiguous  # two iterations in progress: either's state would do
+        if pending is None and iterator is not None and not self._book.epoch_set and ambiguous:
+            raise state.ambiguous(type(self).__name__, *ambiguous)
         if consumed is not None:
             consumed = checks.as_int("consumed", consumed)
             if consumed < 0:
@@ -492,8 +487,14 @@ class SamplerCore(ABC):
 
     def __copy__(self) -> SamplerCore:
         clone = type(self).__new__(type(self))
-        clone.__dict__.update(self.__dict__)
+        clone.__dict__.update(SamplerCore.__getstate__(self))
         for name in ("_book", "_iterator", "_undo"):
             if name in self.__dict__:
-                clone.__dict__[name] = copy.deepcopy(self.__dict__[name])
+                clone.__dict__[name] = copy.deepcopy(clone.__dict__[name])
         return clone
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes; the iteration at what its loop received (prefetched items out)."""
+        state = dict(self.__dict__)
+        at_loop = loader_progress.copy_at_loop(state.get("_iterator"), self)
+        return state if at_loop is None else {**state, "_iterator": at_loop}

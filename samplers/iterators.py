@@ -175,6 +175,10 @@ class Progress(ABC, Generic[_Item]):
             (type(self), self._plan.undrawn(), self.rank, self.taken, self.started, self.exhausted),
         )
 
+    def copy_at(self, taken: int, exhausted: bool) -> Progress[_Item]:
+        """A copy (as :meth:`__reduce__` makes one) that has handed out ``taken`` items."""
+        return _restored(type(self), self._plan.undrawn(), self.rank, taken, True, exhausted)
+
 
 class _Feed(Generic[_Item]):
     """The chunks of one iterator, each an iterator, recording progress as they start.

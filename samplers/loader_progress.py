@@ -375,3 +375,20 @@ def loop_received(
             "in_order=True (the default) to take states in the loop"
         )
     return progress
+
+
+def copy_at_loop(iterator: Progress[Any] | None, sampler: object) -> Progress[Any] | None:
+    """For a copy or a pickle of ``sampler``: a copy of its iteration ``iterator`` at what
+    the loop reading it received (the batches DataLoader workers or Ray's wrapper fetched
+    ahead left out, as :meth:`state_dict` leaves them out), so that the copy's state and
+    what it hands out next are the loop's; ``None`` where no loop reads ahead of it (the
+    iterator is copied as it is)."""
+    if iterator is None or (iterator.reader is None and iterator.mover() is None):
+        return None
+    try:
+        taken, ended = loop_received(iterator, sampler, None, strict=False)
+    except ValueError:
+        return None
+    if (taken, ended) == (iterator.taken, iterator.exhausted):
+        return None
+    return iterator.copy_at(taken, ended)

@@ -270,6 +270,33 @@ def test_unshard_after_a_resume_places_the_resumed_results_where_they_belong(
             assert result in (None, ("result of", owner))
 
 
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_a_copy_made_in_a_loop_with_workers_is_at_the_loops_step(kind: str, how: str) -> None:
+    """``copy.copy``, ``copy.deepcopy`` or ``pickle`` of the sampler after 2 batches of a
+    DataLoader with 2 workers (a framework copying it into a checkpoint, ``torch.save``):
+    the copy's state is the original's, the loop's step, and a resume from it sees every
+    sample once. The copy counted what the workers had fetched ahead, and a resume from
+    it skipped those batches."""
+    import copy
+    import pickle
+
+    copies = {"copy": copy.copy, "deepcopy": copy.deepcopy}
+    copies["pickle"] = lambda sampler: pickle.loads(pickle.dumps(sampler))
+    seen: Counter[int] = Counter()
+    states = []
+    for sampler in _ranks(kind, composition.OLD_WORLD):
+        loader = composition.make_loader(kind, "torch 2 workers", sampler)
+        for step, batch in enumerate(loader):
+            seen.update(composition.items(batch))
+            if step == 1:
+                states.append((sampler.state_dict(), copies[how](sampler).state_dict()))
+                break
+    assert all(original == copied for original, copied in states)
+    rest = _drain(kind, _ranks(kind, 3), lambda s: s.load_state_dict(states[0][1]), early=False)
+    assert seen + Counter(_items(rest)) == composition.reference_epoch(kind)
+
+
 def _flat(sampler: Any) -> list[int]:
     return [i for item in sampler for i in ([item] if isinstance(item, int) else item)]
 

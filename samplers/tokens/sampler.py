@@ -262,7 +262,7 @@ class DistributedTokenBatchSampler(SamplerCore, Sampler[list[int]]):
         }
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        state = SamplerCore.__getstate__(self)
         state["_order"], state["_layouts"] = None, {}
         return state
 
