@@ -108,10 +108,8 @@ class SamplerCore(ABC):
         return self._plan(0)
 
     def iteration_plan(self) -> EpochPlan:
-        """The plan this rank's results of the current epoch follow (what ``unshard``
-        reads): the iteration begun last, if of this epoch (a resumed one starts at the
-        loaded position); else the one the next ``iter()`` continues a loaded state with;
-        else :meth:`plan`."""
+        """The plan of the results of this epoch (``unshard`` reads it): its last iteration's
+        (a resumed one's, from the loaded position), or a loaded state's, or :meth:`plan`."""
         epoch, iterator = checks.epoch(self.epoch), self._iterator
         if iterator is not None and iterator.plan.epoch == epoch:
             return iterator.plan
@@ -131,9 +129,8 @@ class SamplerCore(ABC):
         return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
 
     def _shuffling(self) -> bool:
-        """Whether ``shuffle`` (any accepted bool-like) is true; ``False`` for a value
-        that is not one (the plan raises for it when iterating, as the stock sampler's
-        ``set_epoch`` accepts it)."""
+        """Whether ``shuffle`` (a bool-like) is true; ``False`` for another value (the plan
+        raises for it when iterating: the stock sampler's ``set_epoch`` accepts it)."""
         try:
             return checks.as_flag("shuffle", self.shuffle)
         except TypeError:
@@ -150,16 +147,16 @@ class SamplerCore(ABC):
 
     def _begin(self) -> Progress[Any]:
         """``iter()``: settle the epoch and its start (a loaded state's position, or 0),
-        plan it and return this rank's iterator, kept for :meth:`state_dict`.
-
-        When the iteration it replaces was started, has items left to hand out and is still
-        held by someone (a loop may still be iterating it), no ``set_epoch`` moved to another
-        epoch since, and no DataLoader called this ``iter()``, the new one is marked
-        ambiguous.
-        """
+        plan it and return this rank's iterator, kept for :meth:`state_dict`. It is marked
+        ambiguous when the iteration it replaces was started, has items left, is held
+        elsewhere (a loop may still iterate it), no ``set_epoch`` moved to another epoch
+        since, and no DataLoader called this ``iter()``."""
         loader = loader_progress.find_loader()
         self._before_iteration()
         previous, undo = self._iterator, self._undo
+        # torchdata replayed, after a restore, the rest of previous's epoch (see below)
+        replayed = previous is not None and loader is not None and handed_out_all(previous)
+        replayed = replayed and loader_progress.restored_finished(previous and previous.loader())
         if (
             previous is not None
             and undo is not None
@@ -168,13 +165,16 @@ class SamplerCore(ABC):
             and (
                 not previous.started
                 or (previous.taken and loader_progress.prefetched_only(previous.loader(), loader))
+                or replayed
             )
         ):
-            # The previous iter() was never advanced, or only by DataLoader workers whose
-            # batches never reached the loop (torchdata restoring a finished epoch):
-            # replace it instead of counting it. One that had nothing to hand out (this
-            # rank's rest of a restored epoch, empty) was a pass of the loop: it counts.
+            # Never advanced, or only by workers whose batches never reached the loop, or
+            # by torchdata replaying what the loop had before its state: not a pass of the
+            # loop. One that had nothing to hand out (a rank's empty rest) was: it counts.
             self._book, self.epoch = undo.book.copy(), undo.epoch_before
+            if replayed:  # the restored epoch is over: as a finished state loaded
+                plan = previous.plan
+                self._book.pending = state.Saved(plan.epoch, plan.seed, plan.layout.stop, True)
             if not previous.started:  # if its holder begins it after all: see _began_after
                 previous.replan = weakref.WeakMethod(self._began_after)
             previous = None  # not an iteration of its own

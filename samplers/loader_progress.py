@@ -50,6 +50,10 @@ counts as an epoch (see :mod:`samplers.epochs`).
 
 from __future__ import annotations
 
+import functools
+import inspect
+import sys
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import BatchSampler
@@ -82,6 +86,7 @@ __all__ = [
     "prefetched_only",
     "reader_of",
     "received_nothing",
+    "restored_finished",
     "stateful_progress",
     "unit_of",
 ]
@@ -106,6 +111,11 @@ _ASKING_DEPTH = 12
 _MOVER_DEPTH = 16
 #: The module and name of Ray Train's loader wrapper (not imported: Ray is optional).
 _MOVER = ("ray.train.torch.train_loop_utils", "_WrappedDataLoader")
+
+#: torchdata's ``StatefulDataLoader`` (module, name; not imported: torchdata is optional).
+_STATEFUL_LOADER = ("torchdata.stateful_dataloader.stateful_dataloader", "StatefulDataLoader")
+#: The line of its ``__iter__`` that checks whether the iterator it restored is finished.
+_FINISHED_CHECK = "if self._iterator._finished:"
 
 #: (indices or batches the loop received, whether it received the last batch)
 LoopProgress = tuple[int, bool]
@@ -392,3 +402,42 @@ def copy_at_loop(iterator: Progress[Any] | None, sampler: object) -> Progress[An
     if (taken, ended) == (iterator.taken, iterator.exhausted):
         return None
     return iterator.copy_at(taken, ended)
+
+
+def restored_finished(restored: object | None, skip: int = 1) -> bool:
+    """Whether torchdata's ``StatefulDataLoader`` calls ``iter()`` for the iterator it makes
+    in place of ``restored``, the DataLoader iterator it restored, which replayed the
+    batches since its last snapshot (the loop had them before the state) and finished the
+    epoch: its ``__iter__`` is past its check that the restored iterator is finished (only
+    a restore makes one finished at once). ``restored`` having received nothing, its
+    workers only fetched ahead: not a replay (see :func:`prefetched_only`)."""
+    if received_nothing(restored):
+        return False
+    kind = getattr(sys.modules.get(_STATEFUL_LOADER[0]), _STATEFUL_LOADER[1], None)
+    code = getattr(getattr(kind, "__iter__", None), "__code__", None)
+    get_frame = getattr(sys, "_getframe", None)
+    if not isinstance(code, CodeType) or get_frame is None:
+        return False
+    frame = get_frame(skip + 1)
+    for _ in range(_MOVER_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code is code:
+            line = _finished_check(code)
+            return line is not None and frame.f_lineno > line
+        frame = frame.f_back
+    return False
+
+
+@functools.cache
+def _finished_check(code: CodeType) -> int | None:
+    """The line of ``StatefulDataLoader.__iter__`` (``code``) that checks whether its
+    iterator is finished, or ``None`` (another torchdata: nothing is recognised)."""
+    try:
+        lines, first = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    for number, line in enumerate(lines):
+        if line.strip() == _FINISHED_CHECK:
+            return first + number
+    return None

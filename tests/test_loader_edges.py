@@ -404,6 +404,43 @@ def test_a_stateful_loader_restored_where_a_ranks_rest_is_empty_goes_on_to_the_n
             assert (received, sampler.epoch) == (list(expected), epoch)
 
 
+@pytest.mark.parametrize("kind", composition.SAMPLERS)
+def test_a_stateful_loader_restored_at_an_epochs_end_between_snapshots_goes_on(kind: str) -> None:
+    """``StatefulDataLoader(num_workers=2, snapshot_every_n_steps=3)``, its state taken
+    after an epoch's loop, restored with the usual loop (``set_epoch(saved)``, then the
+    next): nothing more of the saved epoch, then the next epoch. torchdata restores the
+    last snapshot, replays the batches since (which the loop had), finds the epoch over
+    and starts a fresh iterator: that one repeated the whole saved epoch."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def built(rank: int) -> tuple[Any, Any]:
+        sampler = composition.SAMPLERS[kind](composition.OLD_WORLD, rank)
+        batched = kind in composition.BATCHED
+        options: dict[str, Any] = (
+            {"batch_sampler": sampler}
+            if batched
+            else {"batch_size": composition.BATCH, "sampler": sampler}
+        )
+        loader = StatefulDataLoader(
+            composition.dataset_of(sampler), num_workers=2, snapshot_every_n_steps=3, **options
+        )
+        return sampler, loader
+
+    for rank in range(composition.OLD_WORLD):
+        sampler, loader = built(rank)
+        sampler.set_epoch(composition.EPOCH)
+        steps = len(list(loader))
+        state = loader.state_dict()
+        sampler.set_epoch(composition.EPOCH + 1)
+        expected = _items(loader)
+        sampler, loader = built(rank)
+        loader.load_state_dict(state)
+        sampler.set_epoch(composition.EPOCH)
+        assert _items(loader) == [], (rank, steps)
+        sampler.set_epoch(composition.EPOCH + 1)
+        assert _items(loader) == expected
+
+
 def test_gather_unsharded_names_a_bad_destination_or_results(tmp_path: Any) -> None:
     """Checked before the collective (a one-process gloo group): ``dst`` a rank of the
     group (``True`` was read as rank 1, a float gave a signature dump) and
