@@ -115,15 +115,13 @@ class EpochBook:
         elif pending is not None:
             self.pending = None
             start = pending.position
-        elif (
-            shuffle
-            and self.last_epoch is not None
-            and not self.epoch_set
-            and epoch == self.last_epoch
-        ):
+        elif self.last_epoch is not None and not self.epoch_set and epoch == self.last_epoch:
+            # Another pass without set_epoch: auto_epoch makes it the next epoch, shuffled
+            # or not (a state then records which epoch ended); else it repeats the epoch,
+            # which changes nothing without shuffling, and a shuffled one is warned of.
             if self.auto_epoch:
                 epoch += 1
-            elif not self.warned_repeat:
+            elif shuffle and not self.warned_repeat:
                 self.warned_repeat = True
                 warnings.warn(
                     f"{name} is iterated again at epoch {epoch} without set_epoch: this epoch "

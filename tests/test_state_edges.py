@@ -246,6 +246,34 @@ def test_shuffle_written_as_a_bool_like_counts_as_true(kind: str, value: Any) ->
     assert resumed.epoch == sampler.epoch == 2
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_auto_epoch_advances_the_epoch_without_shuffling_too(kind: str) -> None:
+    """``auto_epoch=True``, ``shuffle=False``: each pass is the next epoch, so a state
+    after the second pass says epoch 1 finished, and a resumed run (``set_epoch(0)``
+    before loading, as a script that sets up its sampler the same way) goes on with epoch
+    2. Without shuffling the epoch stayed 0, and that resume said epoch 0 was chosen and
+    finished: it yielded nothing."""
+    options: dict[str, Any] = {"shuffle": False, "auto_epoch": True}
+    if kind == "wrapper":
+        options["tail"] = "uneven"
+    sampler = make(kind, **options)
+    sampler.set_epoch(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first, second = list(sampler), list(sampler)
+        assert sampler.epoch == 1
+        state = sampler.state_dict()
+        assert (state["epoch"], state["finished"]) == (1, True)
+        third = list(sampler)
+        resumed = make(kind, **options)
+        resumed.set_epoch(0)
+        resumed.load_state_dict(state)
+        assert list(resumed) == third and len(third) > 0
+        assert resumed.epoch == sampler.epoch == 2
+    if kind != "wrapper":  # its stream shuffles whatever shuffle says
+        assert first == second == third
+
+
 @pytest.mark.parametrize("value", [np.False_, 0], ids=["numpy", "0"])
 @pytest.mark.parametrize("kind", ["sampler", "batch", "tokens"])
 def test_shuffle_written_as_a_false_bool_like_counts_as_false(kind: str, value: Any) -> None:
