@@ -399,6 +399,9 @@ def copy_at_loop(iterator: Progress[Any] | None, sampler: object) -> Progress[An
         taken, ended = loop_received(iterator, sampler, None, strict=False)
     except ValueError:
         return None
+    # A loop counts whole batches of the DataLoader's batch size: past a smaller last
+    # batch, more than the share holds.
+    taken = min(taken, iterator.taken)
     if (taken, ended) == (iterator.taken, iterator.exhausted):
         return None
     return iterator.copy_at(taken, ended)

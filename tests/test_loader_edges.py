@@ -297,6 +297,26 @@ def test_a_copy_made_in_a_loop_with_workers_is_at_the_loops_step(kind: str, how:
     assert seen + Counter(_items(rest)) == composition.reference_epoch(kind)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_copy_after_a_smaller_last_batch_is_at_the_epochs_end(workers: int) -> None:
+    """The loop counts whole batches of the DataLoader's batch size: after a last batch of
+    2 of 4, 24 items of a share of 22. A copy then raised "taken must be in [0, 22], got
+    24" (the Hugging Face Trainer copies the sampler there)."""
+    import copy
+
+    from torch.utils.data import DataLoader
+
+    from samplers import DistributedSampler
+
+    sampler = DistributedSampler(range(22), 1, 0, seed=3, tail="uneven")
+    loader = DataLoader(range(22), batch_size=4, sampler=sampler, num_workers=workers)
+    iterator = iter(loader)
+    received = [i for _ in range(len(loader)) for i in next(iterator).tolist()]
+    clone = copy.deepcopy(sampler)
+    assert clone.state_dict() == sampler.state_dict()
+    assert sampler.state_dict()["finished"] and sorted(received) == list(range(22))
+
+
 def _flat(sampler: Any) -> list[int]:
     return [i for item in sampler for i in ([item] if isinstance(item, int) else item)]
 
