@@ -172,3 +172,63 @@ class RoundingToZero(DistributedMixtureSampler):
 
 def rounding_to_zero(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return RoundingToZero(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")
+
+
+class ReweightRaises(DistributedMixtureSampler):
+    """Mixes right, but ``set_weights`` raises (builds and runs every mixture: the error
+    is the reweighting guarantee's)."""
+
+    def set_weights(self, weights: Any) -> None:
+        raise RuntimeError("no new weights")
+
+
+def reweight_raises(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return ReweightRaises(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")
+
+
+class RankStates(DistributedMixtureSampler):
+    """Mixes and resumes right from rank 0's state, but every other rank's state counts
+    one draw fewer (a per-rank count where the position is global)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.rank and state["position"] and not state["finished"]:
+            state["position"] -= 1
+        return state
+
+
+def rank_states(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return RankStates(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")
+
+
+class RevertsWeights(DistributedMixtureSampler):
+    """Reweights right within the epoch, but ``set_epoch`` goes back to the weights it was
+    built with (a schedule kept per epoch)."""
+
+    def __init__(self, *arguments: Any, **keywords: Any) -> None:
+        super().__init__(*arguments, **keywords)
+        self._built_with = list(self.weights)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch and list(self.weights) != self._built_with:
+            super().set_weights(self._built_with)
+        super().set_epoch(epoch)
+
+
+def reverts_weights(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return RevertsWeights(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")
+
+
+class DriftsAfterEpoch0(DistributedMixtureSampler):
+    """Exact in epoch 0; from epoch 1 on, every draw of one source in nine becomes source
+    0's (a schedule rebuilt per epoch with a rounding error)."""
+
+    def __iter__(self) -> Any:
+        for n, index in enumerate(super().__iter__()):
+            yield index if self.epoch == 0 or n % 9 != 8 else index % self.sizes[0]
+
+
+def drifts_after_epoch_0(
+    datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    return DriftsAfterEpoch0(datasets, weights, num_replicas, rank, seed=seed, tail="uneven")

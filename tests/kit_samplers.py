@@ -195,6 +195,51 @@ class LenAfterResume(CountingResume):
         return len(range(self.rank, self.size, self.world))
 
 
+class LenAfterFinished(CountingResume):
+    """Resumes right and its ``len()`` counts the rest, except after a state saved at the
+    epoch's end: it then says the whole share (as if the next epoch came), and yields
+    nothing."""
+
+    off_by = 0
+
+    def __len__(self) -> int:
+        share = len(range(self.rank, self.size, self.world))
+        return share - self.skip if self.skip < share else share
+
+
+class EveryOtherEpoch(Strided):
+    """Reshuffles at every ``set_epoch``, but with only two orders: epoch ``e + 2``
+    repeats epoch ``e``."""
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch % 2)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+
+def len_after_finished(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return LenAfterFinished(dataset, num_replicas, rank, seed)
+
+
+def every_other_epoch(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return EveryOtherEpoch(dataset, num_replicas, rank, seed)
+
+
+class StateFailsAtEnd(CountingResume):
+    """Resumes right, but its ``state_dict()`` raises once the rank's share is all yielded
+    (builds and iterates every configuration: the error is the resume guarantees')."""
+
+    off_by = 0
+
+    def state_dict(self) -> dict[str, int]:
+        if self.yielded and self.yielded == len(self):
+            raise RuntimeError("no state after the last index")
+        return super().state_dict()
+
+
+def state_fails_at_end(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return StateFailsAtEnd(dataset, num_replicas, rank, seed)
+
+
 def wrong_len_matches_iteration(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return PaddedLength(dataset, num_replicas, rank, seed)
 

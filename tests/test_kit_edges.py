@@ -102,3 +102,58 @@ def test_the_guide_names_every_guarantee() -> None:
     guide = (Path(__file__).parents[1] / "docs" / "guides" / "check-your-sampler.md").read_text()
     missing = [name for name in (*kit.REGISTRY, *kit.MIXTURES) if f"`{name}`" not in guide]
     assert not missing
+
+
+# An error in what a guarantee exercises, not in building or iterating ------------------
+
+
+def test_a_state_dict_that_raises_at_the_epochs_end_violates_the_resume_guarantees() -> None:
+    # The sampler builds and iterates every configuration, so the error is not a
+    # configuration it refuses: it breaks resuming (it was counted as skipped, "held").
+    for guarantee in ("resumes-same-world-size", "resumes-other-world-size"):
+        result = kit.check_guarantee(kit_samplers.state_fails_at_end, guarantee)
+        assert result.holds is False, result.detail
+        found = result.counterexample
+        assert found is not None
+        assert found["error"] == "RuntimeError: no state after the last index"
+        assert "although it builds and iterates this configuration" in found["what"]
+    # What it does not exercise still holds, and a refused build is still skipped.
+    assert kit.check_guarantee(kit_samplers.state_fails_at_end, "exactly-once").holds is True
+    skipped = kit.check_guarantee(kit_samplers.wrong_handles_every_size, "exactly-once")
+    assert skipped.holds is True
+    assert "skipped" in skipped.detail
+
+
+def test_a_mixture_sampler_that_raises_only_when_reweighted_violates_reweighting() -> None:
+    result = check_mixture_guarantee(kit_mixtures.reweight_raises, "mixture-reweight")
+    assert result.holds is False, result.detail
+    found = result.counterexample
+    assert found is not None
+    assert found["error"] == "RuntimeError: no new weights"
+    assert check_mixture_guarantee(kit_mixtures.reweight_raises, "mixture-prefix-exact").holds
+
+
+def test_a_mixture_state_wrong_on_ranks_other_than_0_is_caught() -> None:
+    # Rank 0's state resumes right; the search loaded only it before.
+    result = check_mixture_guarantee(kit_mixtures.rank_states, "mixture-elastic-resume")
+    assert result.holds is False, result.detail
+    found = result.counterexample
+    assert found is not None and found["world_size"] >= 2
+    assert "new rank j loading saved rank j %" in found["what"]
+
+
+@pytest.mark.parametrize(
+    ("factory", "guarantee", "epoch"),
+    [
+        (kit_mixtures.drifts_after_epoch_0, "mixture-prefix-exact", 1),
+        (kit_mixtures.reverts_weights, "mixture-reweight", 1),
+    ],
+    ids=["drifts after epoch 0", "reverts the weights at the next epoch"],
+)
+def test_a_mixture_exact_only_in_its_first_epoch_is_caught(
+    factory: Any, guarantee: str, epoch: int
+) -> None:
+    # Both are exact up to the end of epoch 0, all the checks looked at before.
+    result = check_mixture_guarantee(factory, guarantee)
+    assert result.holds is False, result.detail
+    assert f"(epoch {epoch})" in result.detail

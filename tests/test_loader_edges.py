@@ -268,6 +268,10 @@ def test_unshard_after_a_resume_places_the_resumed_results_where_they_belong(
         owners = slots if sampler.plan().order.permutes else sampler.plan().indices_at(slots)
         for result, owner in zip(results, owners.tolist(), strict=True):
             assert result in (None, ("result of", owner))
+    # A sampler that loaded the state and has not iterated reads the same plan from it.
+    loaded = composition.SAMPLERS[kind](world, 0)
+    loaded.load_state_dict(state)
+    assert unshard(parts, loaded) == unshard(parts, resumed[0])
 
 
 @pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])

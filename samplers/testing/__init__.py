@@ -14,9 +14,10 @@ the first item they yield, never by an epoch that yields nothing. The dataset is
 Each guarantee is a plain function ``(factory, configuration) -> None`` that raises
 :class:`Violation` (an ``AssertionError``) naming the rank, the epoch and what went wrong,
 :class:`Unsupported` when the sampler lacks what the guarantee needs (``set_epoch``,
-``state_dict``, ``__len__``), or :class:`Rejected` when the sampler raises for the
-configuration; call them from your own tests. :func:`check` searches configurations for
-each guarantee with hypothesis and reports the smallest counterexample it shrinks to.
+``state_dict``, ``__len__``), or :class:`Rejected` when the factory raises for the
+configuration (any other error of the sampler passes through); call them from your
+own tests. :func:`check` searches configurations for each guarantee with hypothesis and
+reports the smallest counterexample it shrinks to.
 
 Modules: :mod:`~samplers.testing.registry` (every guarantee's id, statement and check,
 registered once), :mod:`~samplers.testing.epochs`, :mod:`~samplers.testing.resumes` and

@@ -88,11 +88,12 @@ def handles_every_size(factory: Factory, configuration: Configuration) -> None:
 @guarantee(
     "len-matches-iteration",
     "len(sampler) equals what the next iteration yields, on every rank, also after a state "
-    "saved mid-epoch was loaded",
+    "saved mid-epoch or at its end was loaded",
 )
 def len_matches_iteration(factory: Factory, configuration: Configuration) -> None:
     """``len()`` equals the items one epoch yields; after loading a state taken mid-epoch
-    (``taken`` steps, when the sampler has ``state_dict``), what the rest yields."""
+    or after the epoch's last item (``taken`` steps, when the sampler has ``state_dict``),
+    what the rest yields."""
     for rank in range(configuration.world_size):
         sampler = build(factory, configuration, rank)
         set_epoch(sampler, configuration.epoch)
@@ -108,7 +109,7 @@ def len_matches_iteration(factory: Factory, configuration: Configuration) -> Non
             saver = build(factory, configuration, rank)
             set_epoch(saver, configuration.epoch)
             iterator = iter(saver)
-            taken = configuration.taken % len(yielded)
+            taken = configuration.taken % (len(yielded) + 1)  # the epoch's end too
             for _ in range(taken):
                 next(iterator)
             state = state_of(saver)
@@ -280,25 +281,30 @@ def _distinct(outputs: Sequence[Sequence[object]]) -> int:
 
 
 @guarantee(
-    "reshuffles-with-set-epoch", "different epochs give different orders (a shuffling sampler)"
+    "reshuffles-with-set-epoch",
+    "different epochs give different orders, the next epoch's and the one after (a "
+    "shuffling sampler)",
 )
 def reshuffles_with_set_epoch(factory: Factory, configuration: Configuration) -> None:
-    """Epoch ``e + 1`` gives a different order from epoch ``e`` (checked when the epoch
-    yields at least :data:`RESHUFFLE_MIN_DISTINCT` distinct indices)."""
+    """Epochs ``e + 1`` and ``e + 2`` each give a different order from epoch ``e`` (an
+    order of period two repeats at ``e + 2``; checked when the epoch yields at least
+    :data:`RESHUFFLE_MIN_DISTINCT` distinct indices)."""
     samplers = [build(factory, configuration, rank) for rank in range(configuration.world_size)]
     if not all(callable(getattr(s, "set_epoch", None)) for s in samplers):
         raise Unsupported("the sampler has no set_epoch")
     _shuffling(samplers)
-    first, second = (
-        _order(samplers, epoch) for epoch in (configuration.epoch, configuration.epoch + 1)
-    )
-    _differ(
-        first,
-        second,
-        configuration,
-        f"epochs {configuration.epoch} and {configuration.epoch + 1}",
-        "every epoch shows the model the data in the same order",
-    )
+    epoch = configuration.epoch
+    first = _order(samplers, epoch)
+    for later in (epoch + 1, epoch + 2):
+        _differ(
+            first,
+            _order(samplers, later),
+            configuration,
+            f"epochs {epoch} and {later}",
+            "every epoch shows the model the data in the same order"
+            if later == epoch + 1
+            else "every other epoch shows the model the data in the same order",
+        )
 
 
 @guarantee("seed-changes-order", "different seeds give different orders (a shuffling sampler)")

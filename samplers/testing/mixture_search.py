@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any, cast
 
-from samplers.testing.mixtures import Mixture
+from samplers.testing.mixtures import Mixture, plain_epoch
 from samplers.testing.registry import MIXTURES
 from samplers.testing.running import Factory, Rejected, Unsupported, Violation
 from samplers.testing.search import SEEDS, Result, _Tally
@@ -122,8 +122,30 @@ def _violation(factory: Factory, guarantee: str, mixture: Mixture) -> Violation 
     except (Violation, Unsupported, Rejected):
         raise
     except Exception as error:
-        raise Rejected(error) from error
+        raise _judged(factory, guarantee, mixture, error) from error
     return None
+
+
+def _judged(factory: Factory, guarantee: str, mixture: Mixture, error: Exception) -> Exception:
+    """As for the other guarantees (:func:`samplers.testing.search`): :class:`Rejected` when
+    the sampler also fails to build and run the mixture's epoch plainly on every rank, else a
+    :class:`Violation` of ``guarantee`` naming the error."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plain_epoch(factory, mixture)
+    except Exception:
+        return Rejected(error)
+    raised = f"{type(error).__name__}: {error}"
+    return Violation(
+        guarantee,
+        None,
+        0,
+        f"the sampler raised {raised} while the check ran, although it builds and runs "
+        "this mixture's epoch",
+        f"a job that does what this guarantee covers fails with {type(error).__name__}",
+        {"error": raised},
+    )
 
 
 def check_mixture_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False) -> Result:

@@ -7,15 +7,17 @@ sources), ``weights`` (one integer per source), ``num_replicas``, ``rank`` and `
 after ``set_epoch`` (when it has one). The guarantees, checked on every rank of a
 :class:`Mixture`, with the ranks taking one item per step together:
 
-* ``mixture-prefix-exact``: after every step, over all ranks, each source's count is
-  within 1 of its weight's share of the items taken;
+* ``mixture-prefix-exact``: after every step of epoch 0 and of epoch 1 after it (one
+  stream), over all ranks, each source's count is within 1 of its weight's share of the
+  items taken;
 * ``mixture-once-per-pass``: over :data:`EPOCHS` epochs, each source's draws, cut into
   passes of its size, hold no sample twice;
 * ``mixture-elastic-resume``: a state saved after ``taken`` steps and loaded into
-  ``other_world_size`` ranks gives the rest of the epoch: nothing lost, nothing repeated;
+  ``other_world_size`` ranks (new rank ``j`` loading saved rank ``j % world_size``'s
+  state) gives the rest of the epoch: nothing lost, nothing repeated;
 * ``mixture-reweight``: ``set_weights(new_weights)`` on every rank after ``taken`` steps
-  repeats nothing within a pass, and from there every step is within 1 of the new
-  weights' share;
+  repeats nothing within a pass, and from there to the end of the next epoch every step
+  is within 1 of the new weights' share;
 * ``mixture-positive-share``: a source with a positive weight keeps a positive share,
   however small against the others (its ``proportions``, when the sampler has them, and
   its draws once they should hold two). Searched over mixtures whose weights include
@@ -56,6 +58,7 @@ __all__ = [
     "Mixture",
     "elastic_resume",
     "once_per_pass",
+    "plain_epoch",
     "positive_share",
     "prefix_exact",
     "reweight",
@@ -169,17 +172,32 @@ def _epoch(samplers: Sequence[Any], epoch: int | None = None) -> list[list[int]]
     return _steps(job.taken)
 
 
+def plain_epoch(factory: Factory, mixture: Mixture) -> list[list[int]]:
+    """Each step's indices of the mixture's first epoch, every rank built fresh and run in
+    step: what a sampler that takes the mixture at all does without error."""
+    return _epoch(_ranks(factory, mixture))
+
+
 def _shares(weights: Sequence[int]) -> list[Fraction]:
     return [Fraction(w, sum(weights)) for w in weights]
 
 
 def _prefix_failure(
-    mixture: Mixture, steps: list[list[int]], weights: Sequence[int], first_step: int = 0
+    mixture: Mixture,
+    steps: list[list[int]],
+    weights: Sequence[int],
+    first_step: int = 0,
+    epoch_steps: int | None = None,
 ) -> Failure | None:
+    """The first step where a source is 1 or more off its share, counting from the first
+    of ``steps`` (step ``first_step`` of epoch 0; ``epoch_steps``: the steps from which on
+    the next epoch's follow, numbered from its own 0)."""
     shares = _shares(weights)
     counts: Counter[int] = Counter()
     k = 0
-    for step, taken in enumerate(steps, start=first_step):
+    for number, taken in enumerate(steps, start=first_step):
+        later = epoch_steps is not None and number >= epoch_steps
+        epoch, step = (1, number - (epoch_steps or 0)) if later else (0, number)
         for index in taken:
             counts[mixture.source(index)] += 1
             k += 1
@@ -187,7 +205,7 @@ def _prefix_failure(
             if abs(counts[d] - share * k) >= 1:
                 return Failure(
                     None,
-                    0,
+                    epoch,
                     f"after step {step} ({k} samples over all ranks) source {d} has "
                     f"{counts[d]} samples, {float(share * k):g} expected (weight share "
                     f"{share}): off by {float(abs(counts[d] - share * k)):.3g}",
@@ -235,11 +253,16 @@ def _mixture_guarantee(id: str, statement: str) -> Callable[[Callable[..., None]
 
 @_mixture_guarantee(
     "mixture-prefix-exact",
-    "after every step each source is within 1 of its weight's share of all ranks' samples",
+    "after every step each source is within 1 of its weight's share of all ranks' samples, "
+    "in the first epoch and the next",
 )
 def prefix_exact(factory: Factory, mixture: Mixture) -> None:
-    """Every step of an epoch (all ranks together) is within 1 of the weights' shares."""
-    failure = _prefix_failure(mixture, _epoch(_ranks(factory, mixture), 0), mixture.weights)
+    """Every step of epoch 0, and of epoch 1 after it (all ranks together, one stream from
+    the start of epoch 0), is within 1 of the weights' shares: a sampler exact in its
+    first epoch only drifts after it."""
+    samplers = _ranks(factory, mixture)
+    first = _epoch(samplers, 0)
+    failure = _prefix_failure(mixture, first + _epoch(samplers, 1), mixture.weights, 0, len(first))
     if failure is not None:
         raise failure
 
@@ -274,16 +297,18 @@ def _head(factory: Factory, mixture: Mixture) -> tuple[list[Any], list[list[int]
     "a state loaded into another number of ranks gives the rest of the epoch exactly",
 )
 def elastic_resume(factory: Factory, mixture: Mixture) -> None:
-    """Resumed on ``other_world_size`` ranks, the epoch loses and repeats nothing."""
+    """Resumed on ``other_world_size`` ranks, the epoch loses and repeats nothing. New rank
+    ``j`` loads the state of saved rank ``j % world_size``: every rank's state is used
+    when the job grows, and a state must not depend on the rank that saved it."""
     whole = Counter(i for step in _epoch(_ranks(factory, mixture), 0) for i in step)
     samplers, head, taken = _head(factory, mixture)
-    state = state_of(samplers[0])
+    states = [state_of(sampler) for sampler in samplers]
     other = mixture.other_world_size
     if other == mixture.world_size:
         other += 1
     resumed = _ranks(factory, mixture, other)
-    for sampler in resumed:
-        load(sampler, state)
+    for j, sampler in enumerate(resumed):
+        load(sampler, states[j % len(states)])
     rest = _epoch(resumed)
     seen = Counter(i for step in head + rest for i in step)
     lost, repeated = whole - seen, seen - whole
@@ -292,7 +317,8 @@ def elastic_resume(factory: Factory, mixture: Mixture) -> None:
             None,
             0,
             f"saved after {taken} steps on {mixture.world_size} ranks and resumed on "
-            f"{other}: {sum(lost.values())} samples of the epoch lost, "
+            f"{other} (new rank j loading saved rank j % {mixture.world_size}'s state): "
+            f"{sum(lost.values())} samples of the epoch lost, "
             f"{sum(repeated.values())} repeated",
             "a job restarted on another number of GPUs skips or repeats data",
             {"taken": taken, "resumed_world_size": other},
@@ -301,11 +327,12 @@ def elastic_resume(factory: Factory, mixture: Mixture) -> None:
 
 @_mixture_guarantee(
     "mixture-reweight",
-    "set_weights repeats nothing within a pass and is within 1 of the new weights after",
+    "set_weights repeats nothing within a pass and is within 1 of the new weights after, "
+    "into the next epoch",
 )
 def reweight(factory: Factory, mixture: Mixture) -> None:
     """``set_weights`` on every rank after ``taken`` steps: the passes continue and the
-    steps after it are within 1 of the new shares."""
+    steps after it, to the end of the next epoch, are within 1 of the new shares."""
     samplers, head, taken = _head(factory, mixture)
     for sampler in samplers:
         method = getattr(sampler, "set_weights", None)
@@ -315,10 +342,13 @@ def reweight(factory: Factory, mixture: Mixture) -> None:
             warnings.simplefilter("ignore")
             method(list(mixture.reweighted))
     rest = _epoch(samplers)
+    following = _epoch(samplers, 1)
     after = f" (across set_weights after step {taken})"
-    failure = _pass_failure(mixture, [i for step in head + rest for i in step], after)
+    draws = [i for step in head + rest + following for i in step]
+    failure = _pass_failure(mixture, draws, after)
     if failure is None:
-        failure = _prefix_failure(mixture, rest, mixture.reweighted, taken)
+        steps = taken + len(rest)
+        failure = _prefix_failure(mixture, rest + following, mixture.reweighted, taken, steps)
     if failure is not None:
         failure.details["taken"] = taken
         raise failure

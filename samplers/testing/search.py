@@ -2,8 +2,10 @@
 smallest one it shrinks to is the counterexample.
 
 Derandomised by default (the same examples every run); ``thorough`` searches longer, with
-random examples. A configuration the sampler raises for is skipped (and named in the
-result) by every guarantee but ``handles-every-size``, which it violates. A configuration
+random examples. A configuration the sampler raises for when built and iterated plainly
+is skipped (and named in the result) by every guarantee but ``handles-every-size``, which
+it violates; an error raised only by what a guarantee exercises (a ``state_dict`` at the
+epoch's last step, a resume) violates that guarantee. A configuration
 that takes longer than ``time_limit`` seconds stops the search with :class:`TimedOut`: a
 sampler that hangs is not one to search further. The limit covers every call into the
 factory's code: :func:`check_all` validates the factory within it, and the fresh-process
@@ -203,8 +205,42 @@ def _violation(
         assert seconds is not None
         raise TimedOut(guarantee, configuration, seconds) from None
     except Exception as error:
-        raise Rejected(error) from error
+        raise _judged(guarantee, factory, configuration, seconds, error) from error
     return None
+
+
+def _judged(
+    guarantee: str,
+    factory: Factory,
+    configuration: Configuration,
+    seconds: float | None,
+    error: Exception,
+) -> Violation | Rejected:
+    """What an error the sampler raised during a check means. When the sampler also fails
+    to build and iterate the configuration plainly (``handles-every-size``), it does not
+    take the configuration: :class:`Rejected`. When it takes it, the error came from what
+    the guarantee exercises (``state_dict`` at the last step, a resume, a second
+    iteration): a :class:`Violation`, naming the error."""
+    if guarantee == "handles-every-size":
+        return Rejected(error)
+    try:
+        with within(seconds), bounded(configuration):
+            CHECKS["handles-every-size"](factory, configuration)
+    except Expired:
+        assert seconds is not None
+        raise TimedOut(guarantee, configuration, seconds) from None
+    except Exception:
+        return Rejected(error)
+    raised = f"{type(error).__name__}: {error}"
+    return Violation(
+        guarantee,
+        None,
+        configuration.epoch,
+        f"the sampler raised {raised} while the check ran, although it builds and iterates "
+        "this configuration",
+        f"a job that does what this guarantee covers fails with {type(error).__name__}",
+        {"error": raised},
+    )
 
 
 def check_guarantee(
