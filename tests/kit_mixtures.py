@@ -67,8 +67,9 @@ def ours_packed_window1(
 
 def ours_packed(datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int) -> Any:
     """The packed mixture on lengths from 1 to 40 in rows of 48, weights in tokens,
-    default windows: elastic resume. (With ``split=`` it would yield piece ids, not the
-    indices into ``ConcatDataset(datasets)`` a mixing factory yields.)"""
+    default windows: elastic resume, once per pass. (With ``split=`` it would yield
+    piece ids, not the indices into ``ConcatDataset(datasets)`` a mixing factory
+    yields.)"""
     lengths = [(i * 7919) % 40 + 1 for i in range(sum(len(d) for d in datasets))]
     return DistributedPackedMixtureSampler(
         datasets, weights, lengths, 48, 2, num_replicas, rank, seed=seed

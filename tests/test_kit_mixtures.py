@@ -30,10 +30,14 @@ def test_ours_hold_every_mixture_guarantee(factory) -> None:
     assert outcomes(factory) == dict.fromkeys(MIXTURES, True)
 
 
-def test_the_packed_mixture_resumes_anywhere_and_keeps_every_weight() -> None:
+def test_the_packed_mixture_resumes_anywhere_keeps_every_weight_and_each_pass() -> None:
+    """Default windows, in which the rows are handed out in an order of the packing's:
+    the proportions hold at the windows' boundaries, not at every step (so the per-step
+    guarantees do not hold), but each source's passes are handed out in order."""
     found = {r.guarantee: r.holds for r in check_mixture(kit_mixtures.ours_packed)}
     assert found["mixture-elastic-resume"] is True
     assert found["mixture-positive-share"] is True
+    assert found["mixture-once-per-pass"] is True
 
 
 def test_a_reweight_that_restarts_the_passes_is_caught_smallest() -> None:

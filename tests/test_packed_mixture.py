@@ -27,7 +27,7 @@ from samplers import (
     SamplerWarning,
     TokenCost,
 )
-from samplers.tokens.packing import row_starts
+from samplers.tokens.packing import packed_in_phases, row_starts
 from samplers.tokens.pieces import Pieces, piece_length_of
 
 LENGTHS = [(i * 97) % 300 + 1 for i in range(300)]
@@ -210,6 +210,87 @@ def test_in_tokens_each_pass_holds_its_weight_exactly() -> None:
         assert len(drawn) >= 2 * size  # upsampled: two passes or more
         for start in range(0, len(drawn) - size + 1, size):
             assert len(set(drawn[start : start + size])) == size, d  # a whole pass, once each
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize(("split", "window"), [(None, None), ("long", None), (32, 45)])
+def test_handed_out_no_piece_repeats_within_a_pass_of_its_source(
+    world: int, split: Any, window: int | None
+) -> None:
+    """Small sources upsampled many times over (weights 5:1:1 in tokens on sources of
+    3, 40 and 257 documents): in the order the batches are handed out over three epochs
+    (each step's batches in rank order), each source's pieces cut into passes of its size
+    hold no piece twice. A window holding the end of a source's pass and the start of its
+    next one was packed as one, and its rows handed out in an order of their own, so a
+    piece of the next pass could come before one of the pass it ends."""
+    sizes = [3, 40, 257]
+    lengths = [(i * 37) % 200 + 1 for i in range(sum(sizes))]
+    ranks = quiet(
+        lambda: [
+            DistributedPackedMixtureSampler(
+                [range(n) for n in sizes],
+                [5, 1, 1],
+                lengths,
+                256,
+                2,
+                world,
+                rank,
+                split=split,
+                window=window,
+                seed=7,
+            )
+            for rank in range(world)
+        ]
+    )
+    pieces = ranks[0].sizes  # each source's pieces
+    bounds = torch.cumsum(torch.tensor(pieces), 0).tolist()
+    handed: list[int] = []
+    for epoch in range(3):
+        shares = []
+        for sampler in ranks:
+            sampler.set_epoch(epoch)
+            shares.append(list(sampler))
+        for step in range(max(len(share) for share in shares)):
+            handed += [i for share in shares if step < len(share) for i in share[step]]
+    passes_seen = 0
+    for d, size in enumerate(pieces):
+        own = [i for i in handed if (bounds[d - 1] if d else 0) <= i < bounds[d]]
+        for start in range(0, len(own), size):
+            one_pass = own[start : start + size]
+            assert len(set(one_pass)) == len(one_pass), (d, start // size)
+        passes_seen += len(own) // size
+    assert passes_seen > 3 * len(pieces)  # sources read in several passes an epoch
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(-1, 3)), max_size=60),
+    st.integers(1, 64),
+)
+def test_rows_packed_in_phases_keep_phases_apart_and_read_back(
+    samples: list[tuple[int, int]], max_length: int
+) -> None:
+    """Each phase's rows are its own samples (then free ones, -1), opened after the phase
+    before's; the free samples fill what is left; cut greedily, each phase's rows, and
+    the free samples' own rows, read back as they were packed."""
+    samples.sort(key=lambda sample: -sample[0])  # longest first, as a window is
+    lengths = [length for length, _ in samples]
+    phases = [phase for _, phase in samples]
+    rows, places, row_phases = packed_in_phases(lengths, phases, max_length)
+    assert sorted(places) == list(range(len(samples)))
+    for row, phase in enumerate(row_phases):
+        members = [places[k] for k in range(len(places)) if rows[places[k]] == row]
+        held = [lengths[i] for i in members]
+        assert sum(held) <= max_length or len(held) == 1
+        assert {phases[i] for i in members if phases[i] >= 0} <= {phase}
+    assert row_phases == sorted(row_phases, key=lambda p: (p < 0, p))  # phases in order
+    for phase in set(row_phases):
+        own = [row for row, p in enumerate(row_phases) if p == phase]
+        flat = [
+            lengths[places[k]] for row in own for k in range(len(places)) if rows[places[k]] == row
+        ]
+        sizes = [sum(1 for k in range(len(places)) if rows[places[k]] == row) for row in own]
+        starts = [sum(sizes[:n]) for n in range(len(sizes))]
+        assert row_starts(flat, max_length) == starts
 
 
 def test_set_weights_takes_effect_at_the_next_window_and_a_resume_reproduces_it() -> None:

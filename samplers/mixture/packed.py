@@ -13,6 +13,7 @@ samplers'.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from fractions import Fraction
 from typing import Any
@@ -57,14 +58,20 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
       source's pieces, ``min_d``/``max_d`` its shortest and longest). The batches hand
       out the stream a **window** at a time, each window packed, so after any step the
       bound holds plus the tokens of the part of one window handed out; not per step;
-    * **once per pass**: each source is read in passes over its pieces, each a shuffle
-      seeded from ``(seed, source, pass)``; each window holds exactly the stream's draws
-      there, so a piece is handed out twice only in two passes of its source (small
-      sources are upsampled by passes, never by repeats within one);
+    * **once per pass, as handed out**: each source is read in passes over its pieces,
+      each a shuffle seeded from ``(seed, source, pass)``; each window holds exactly the
+      stream's draws there, and a window holding the end of a source's pass is packed
+      and handed out **phase by phase**
+      (:meth:`~samplers.mixture.order.MixtureOrder.window_phases`), so in the order the batches
+      are handed out (each step's in rank order) every pass of a source holds each of its
+      pieces once: small sources are upsampled by passes, never by repeats within one;
     * **rows**: every piece is in one row, whole; a row's pieces sum to at most
       ``max_length`` (with ``split="long"`` or a piece length, always; without ``split``
       a document longer than ``max_length`` is a row of its own), packed best-fit
-      decreasing per window as :class:`~samplers.DistributedPackedBatchSampler` packs;
+      decreasing per window as :class:`~samplers.DistributedPackedBatchSampler` packs; in
+      a window with phases, each phase best-fit decreasing on its own, then the pieces
+      of the sources whose passes do not end there into every row left open and rows of
+      their own (:func:`~samplers.tokens.packing.packed_in_phases`);
     * **equal steps**: every rank yields the same number of batches (``tail`` as for the
       token samplers);
     * **resume on any world size** from one number plus the weight schedule
@@ -265,6 +272,8 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                 stream=stream,
                 source=self._held,
             )
+            # Each window packed pass by pass: no source's next pass before its last ends.
+            order.phases = functools.partial(stream.window_phases, window=order.window)
             self._order, self._layouts = (key, order), {}
         found = self._order[1]
         assert isinstance(found, PackedOrder)

@@ -213,12 +213,18 @@ def by_cost_level(
     window: int,
     budget: int,
     levels: int,
+    groups: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A chunk's batches put in order of cost level (``levels`` levels of ``budget /
     levels`` each, over-budget batches above them) within each window, rising in even
     windows (counted from the epoch's start, ``first_window`` being the chunk's first)
     and falling in odd ones; ties by where each batch's first sample was in its window
     of the permutation, ``firsts`` (a batch's first sample is its own: the keys differ).
+
+    With ``groups`` (a phase per batch, or -1), each window's batches of phases are
+    ordered by phase first, then as above, so that a phase's batches all come before the
+    next phase's; the batches at -1 keep the order above among themselves and are spread
+    evenly between the others (:func:`_phased`).
 
     Returns, in the new order, each batch's shift (its old start minus its new one), its
     size and its new start (local). The same arithmetic in numpy when installed (a few
@@ -237,8 +243,45 @@ def by_cost_level(
     odd = (batch_window + first_window) % 2 == 1
     level = xp.where(odd, levels + 1 - level, level)
     sequence = xp.argsort((batch_window * (levels + 2) + level) * window + firsts_)
+    if groups is not None:
+        sequence = _phased(sequence, batch_window, groups)
     new_sizes = sizes_[sequence]
     new_starts = xp.cumsum(new_sizes, 0) - new_sizes
     found = (starts_[sequence] - new_starts, new_sizes, new_starts)
     shifts, sizes, starts = (torch.as_tensor(value) for value in found)
     return shifts, sizes, starts
+
+
+def _phased(sequence: Any, batch_window: Any, groups: torch.Tensor) -> Any:
+    """``sequence`` (batches by window, then level) rearranged within each window: the
+    batches of phases (``groups >= 0``) by phase, each phase's in the order of
+    ``sequence``; the others (-1) in that order; the two lists merged as if each were
+    spread evenly over the window (the ``i``-th of ``n`` at ``(2i + 1) / 2n``, a phase's
+    batch first on a tie). In torch (a few thousand batches), returned as given."""
+    as_numpy = not isinstance(sequence, torch.Tensor)
+    order = torch.as_tensor(sequence)
+    window = torch.as_tensor(batch_window).index_select(0, order)
+    group = groups.index_select(0, order)
+    free = group < 0
+    # Within each window: the free batches, then the phases' by phase (order kept within).
+    key = window * (int(group.max()) + 2) + torch.where(free, 0, group + 1)
+    moved = torch.argsort(key, stable=True)
+    order, window, free = order[moved], window[moved], free[moved]
+    # Each batch's rank in its window's list, and the other list's length there.
+    count = order.numel()
+    index = torch.arange(count)
+    kind = window * 2 + (~free).to(torch.int64)
+    begins = torch.ones(count, dtype=torch.bool)
+    begins[1:] = kind[1:] != kind[:-1]
+    rank = index - torch.cummax(torch.where(begins, index, 0), 0).values
+    windows = int(window.max()) + 1
+    frees = torch.zeros(windows, dtype=torch.int64).index_add_(0, window, free.to(torch.int64))
+    fixed = torch.zeros(windows, dtype=torch.int64).index_add_(0, window, (~free).to(torch.int64))
+    other = torch.where(free, fixed.index_select(0, window), frees.index_select(0, window))
+    spread = (2 * rank + 1) * other * 2 + free.to(torch.int64)
+    # By window, then spread, then rank: stable sorts by the last key first.
+    keys = [rank, spread, window]
+    for number in range(len(keys)):
+        moved = torch.argsort(keys[number], stable=True)
+        order, keys = order[moved], [key[moved] for key in keys]
+    return order.numpy() if as_numpy else order

@@ -236,6 +236,8 @@ class TokenOrder(Order):
         #: (e.g. a :class:`~samplers.mixture.order.MixtureOrder`); its size is the epoch's.
         self.stream = stream
         self.permutes = stream is None or stream.permutes
+        #: ``(lo, hi) ->`` each position's phase in its window, in order in the batches.
+        self.phases: Callable[[int, int], torch.Tensor] | None = None
         self.length = lengths.numel() if stream is None else stream.size
         #: Whole windows in the first planned chunk, and in each later one (about
         #: :data:`CHUNK_GROWTH` times as many samples; one window when windows are larger).
@@ -374,15 +376,22 @@ class TokenOrder(Order):
         # window; ties keep the permutation order.
         source = longest_first(drawn, ceil_div(count, window), window, count)
         local = self._local(count)
-        arranged, lengths, starts = self._batches(drawn.index_select(0, source), local, count)
+        phases = None if self.phases is None else self.phases(lo, hi)
+        arranged, lengths, starts = self._batches(
+            drawn.index_select(0, source),
+            local,
+            count,
+            None if phases is None else phases.index_select(0, source),
+        )
         if arranged is not None:
             source = source.index_select(0, arranged)
         sizes = torch.diff(starts, append=torch.tensor([count]))
         costs = self._costs(lengths, starts, sizes)
         # Each batch's first sample's place in its window of the permutation.
         firsts = source.index_select(0, starts) - starts // window * window
+        groups = None if phases is None else phases.index_select(0, source.index_select(0, starts))
         moved, new_sizes, new_starts = by_cost_level(
-            costs, starts, sizes, firsts, lo // window, window, self._level_budget(), LEVELS
+            costs, starts, sizes, firsts, lo // window, window, self._level_budget(), LEVELS, groups
         )
         # Position q of the new order's batch j is position starts[j'] + (q - new_starts[j])
         # of the cut order, j' = sequence[j]; that one holds the permutation's source[...].
@@ -410,12 +419,17 @@ class TokenOrder(Order):
             self.lengths, self._source = self._source.owned(), None
 
     def _batches(
-        self, lengths: torch.Tensor, local: torch.Tensor, count: int
+        self,
+        lengths: torch.Tensor,
+        local: torch.Tensor,
+        count: int,
+        phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
         """A chunk's windows, each sorted longest first (``lengths``; ``local`` is
-        ``arange(count)``), cut into batches: how the samples are rearranged within their
-        windows first (positions of ``lengths``; ``None``: not rearranged), the lengths
-        so rearranged, and the batch starts (local, int64)."""
+        ``arange(count)``; ``phases``: :attr:`phases` in that order), cut into batches:
+        how the samples are rearranged within their windows first (positions of
+        ``lengths``; ``None``: not rearranged), the lengths so rearranged, and the batch
+        starts (local, int64)."""
         return None, lengths, self._cut(lengths, local, count)
 
     def _budget(self) -> int:

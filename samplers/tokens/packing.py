@@ -45,6 +45,7 @@ __all__ = [
     "PackedOrder",
     "best_fit_decreasing",
     "default_packing_window",
+    "packed_in_phases",
     "row_starts",
 ]
 
@@ -74,22 +75,69 @@ def best_fit_decreasing(lengths: Sequence[int], max_length: int) -> list[int]:
     (the lowest-numbered on a tie), else opens a row; one longer than ``max_length`` is a
     row of its own, closed at once."""
     rows: list[int] = []
-    # Open rows as room * 2**32 + row, sorted: the first key >= length * 2**32 is the best fit.
-    room: list[int] = []
-    opened = 0
-    shift = 1 << 32
+    _fill(lengths, max_length, [], 0, rows)
+    return rows
+
+
+#: An open row's key: its room times this, plus its number (rows of a window fit below it).
+_SHIFT = 1 << 32
+
+
+def _fill(
+    lengths: Sequence[int], max_length: int, room: list[int], opened: int, rows: list[int]
+) -> int:
+    """Best-fit decreasing of ``lengths`` into the open rows ``room`` (sorted keys, room *
+    :data:`_SHIFT` + row, updated), opening rows from number ``opened`` on; each length's
+    row is appended to ``rows``. Returns the rows opened so far."""
     for length in lengths:
-        at = bisect.bisect_left(room, length * shift)
+        at = bisect.bisect_left(room, length * _SHIFT)
         if at < len(room):
             key = room.pop(at)
-            row = key & (shift - 1)
-            bisect.insort(room, key - length * shift)
+            row = key & (_SHIFT - 1)
+            bisect.insort(room, key - length * _SHIFT)
         else:
             row, opened = opened, opened + 1
             if length <= max_length:
-                bisect.insort(room, (max_length - length) * shift + row)
+                bisect.insort(room, (max_length - length) * _SHIFT + row)
         rows.append(row)
-    return rows
+    return opened
+
+
+def packed_in_phases(
+    lengths: Sequence[int], phases: Sequence[int], max_length: int
+) -> tuple[list[int], list[int], list[int]]:
+    """A window's samples (sorted longest first) packed phase by phase: each phase ``k >=
+    0`` best-fit decreasing on its own, in rows after the phase before's, then the free
+    samples (phase -1) best-fit into every row left open and into rows of their own.
+
+    Returns each sample's row, its place in the packing (rows hold their samples in that
+    order: a row of a phase holds its phase's samples, then free ones), and each row's
+    phase (-1 for the free samples' own rows). Rows come in the order they were opened:
+    a phase's rows before the next one's, so handing the rows out in that order (the free
+    rows anywhere) hands out each phase before the next; and within each phase's rows,
+    and within the free rows, a row's first sample fits into no row before it."""
+    members: dict[int, list[int]] = {}
+    for number, phase in enumerate(phases):
+        members.setdefault(phase, []).append(number)
+    rows = [0] * len(lengths)
+    places: list[int] = []
+    row_phases: list[int] = []
+    left: list[int] = []  # the rooms of every phase's rows, for the free samples
+    opened = 0
+    for phase in [*sorted(k for k in members if k >= 0), -1]:
+        group = members.get(phase, [])
+        room: list[int] = [] if phase >= 0 else left
+        found: list[int] = []
+        before = opened
+        opened = _fill([lengths[i] for i in group], max_length, room, opened, found)
+        row_phases += [phase] * (opened - before)
+        for number, row in zip(group, found, strict=True):
+            rows[number] = row
+        places += group
+        if phase >= 0:
+            for key in room:
+                bisect.insort(left, key)
+    return rows, places, row_phases
 
 
 def row_starts(lengths: Sequence[int], max_length: int) -> list[int]:
@@ -158,30 +206,51 @@ class PackedOrder(TokenOrder):
         )
 
     def _batches(
-        self, lengths: torch.Tensor, local: torch.Tensor, count: int
+        self,
+        lengths: torch.Tensor,
+        local: torch.Tensor,
+        count: int,
+        phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
         window = self.window
         values: list[int] = lengths.tolist()
-        # Each sample's row, numbered across the chunk (a window's rows after the last's).
+        marks: list[int] | None = None if phases is None else phases.tolist()
+        # Each sample's row, numbered across the chunk (a window's rows after the last's),
+        # and its place in the packing; each row's part (a window's, or with phases a
+        # window's phase's: its batches are its own).
         row = torch.empty(count, dtype=torch.int64)
+        place = torch.arange(count, dtype=torch.int64)
+        parts: list[int] = []
         opened = 0
-        for low in range(0, count, window):
+        for number, low in enumerate(range(0, count, window)):
             high = min(low + window, count)
-            numbers = best_fit_decreasing(values[low:high], self.max_length)
+            if marks is None or max(marks[low:high]) < 0:
+                numbers = best_fit_decreasing(values[low:high], self.max_length)
+                rows = max(numbers) + 1
+                parts += [2 * number * window] * rows
+            else:
+                numbers, places, row_phases = packed_in_phases(
+                    values[low:high], marks[low:high], self.max_length
+                )
+                rows = len(row_phases)
+                place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
+                parts += [2 * number * window + 1 + phase for phase in row_phases]
             row[low:high] = torch.tensor(numbers, dtype=torch.int64) + opened
-            opened += max(numbers) + 1
+            opened += rows
         # Rows in the order they were opened, each row's samples in the order they went in.
-        arranged = torch.argsort(row, stable=True)
+        arranged = (
+            torch.argsort(row, stable=True) if marks is None else torch.argsort(row * count + place)
+        )
         row = row[arranged]
         first = torch.ones(count, dtype=torch.bool)
         first[1:] = row[1:] != row[:-1]
         starts = torch.nonzero(first).squeeze(1)
-        # Every rows_per_batch rows of a window are a batch.
-        windows = starts // window
-        window_first = torch.ones(starts.numel(), dtype=torch.bool)
-        window_first[1:] = windows[1:] != windows[:-1]
+        # Every rows_per_batch rows of a part are a batch.
+        part = torch.tensor(parts, dtype=torch.int64)
+        part_first = torch.ones(starts.numel(), dtype=torch.bool)
+        part_first[1:] = part[1:] != part[:-1]
         first_row = torch.cummax(
-            torch.where(window_first, torch.arange(starts.numel()), 0), dim=0
+            torch.where(part_first, torch.arange(starts.numel()), 0), dim=0
         ).values
         batch_start = (torch.arange(starts.numel()) - first_row) % self.rows_per_batch == 0
         return arranged, lengths[arranged], starts[batch_start]

@@ -130,6 +130,27 @@ def _mixing_words(mixing: pd.DataFrame, rows: pd.DataFrame) -> str:
     reweighted = mixing[mixing[packed.REWEIGHT_SPREAD] > 0]
     unequal = mixing[mixing["steps on each rank"].str.contains("..", regex=False)]
     within = "within one row's tokens" if megatron[prefix] < MAX_LENGTH else "further"
+    ours_names = {RECOMMENDED_OURS.name}
+    passes_words = (
+        f"a window holds {passes:.1f} passes of its smallest source "
+        f"({sampler.sizes[smallest]} pieces)"
+    )
+    if set(repeating[WAY]) & ours_names:
+        why = f"ours because {passes_words} and hands them out in its own order, "
+    else:
+        why = (
+            f"not ours, although {passes_words}: it packs and hands out each window pass by "
+            "pass, so no source's next pass comes before the one it ends; "
+        )
+    if set(resumed[WAY]) & {MEGATRON.name}:
+        megatron_resumed = (
+            "the Megatron-style blend keeps whole global batches only, so its last partial "
+            "one changes with the world size (the resumed run hands out "
+            f"{megatron[packed.RESUME_REPEATED]:,} tokens more often, "
+            f"{megatron[packed.LOST]:,} less often), and "
+        )
+    else:
+        megatron_resumed = ""
     return (
         f"Token shares: within a step the Megatron-style blend is at most "
         f"{megatron[step]:,.1f} tokens off a source's share, ours (split='long') "
@@ -137,22 +158,19 @@ def _mixing_words(mixing: pd.DataFrame, rows: pd.DataFrame) -> str:
         f"every prefix the Megatron-style blend stays {within} ({megatron[prefix]:,.1f}), "
         f"ours reaches {ours[prefix]:,.1f} tokens ({ours[prefix] / MAX_LENGTH:.1f} rows' "
         f"worth): ours packs a window of {window:,} draws at once and hands its rows out "
-        "in an order of its own (by cost), so its weights hold at the windows' boundaries "
-        f"and not within them; {HF_RECOMMENDED.short} reaches "
-        f"{hf[prefix]:,.1f}. Counted in the order the rows are handed out, "
+        "in an order of its own (its sources' passes in order, by cost within them), so "
+        f"its weights hold at the windows' boundaries and not within them; "
+        f"{HF_RECOMMENDED.short} reaches {hf[prefix]:,.1f}. Counted in the order the rows "
+        "are handed out, "
         f"{count_of(len(repeating), len(mixing), 'ways and settings')} repeat tokens within "
-        f"a pass of their source ({joined(_labels(repeating)) or 'none'}): ours because a "
-        f"window holds {passes:.1f} passes of its smallest source ({sampler.sizes[smallest]} "
-        "pieces) and hands them out in its own order, the Megatron-style blend because it "
-        "shuffles a source's documents over all "
+        f"a pass of their source ({joined(_labels(repeating)) or 'none'}): {why}the "
+        "Megatron-style blend because it shuffles a source's documents over all "
         "the epochs it builds; over the epoch, tokens handed out beyond an even spread over "
         f"the passes: {joined(_labels(spread)) or 'none'}. Steps differ across ranks in "
         f"{count_of(len(unequal), len(mixing), 'ways and settings')}. On resume on "
         f"{packed.OTHER} ranks, the tokens handed out differ from the uninterrupted run's "
-        f"for {joined(_labels(resumed)) or 'none'}: the Megatron-style blend keeps whole "
-        "global batches only, so its last partial one changes with the world size (the "
-        f"resumed run hands out {megatron[packed.RESUME_REPEATED]:,} tokens more often, "
-        f"{megatron[packed.LOST]:,} less often), and datasets + TRL skip the steps done on "
+        f"for {joined(_labels(resumed)) or 'none'}: {megatron_resumed}datasets + TRL skip "
+        "the steps done on "
         f"another sampler's order ({hf[packed.LOST]:,} lost, {hf[packed.RESUME_REPEATED]:,} "
         f"repeated or added with {HF_RECOMMENDED.short}). After the reweight, tokens "
         f"beyond an even spread: {joined(_labels(reweighted)) or 'none'} "
