@@ -224,6 +224,42 @@ def every_other_epoch(dataset: Any, num_replicas: int, rank: int, seed: int) -> 
     return EveryOtherEpoch(dataset, num_replicas, rank, seed)
 
 
+class UnevenAfterResume(Strided):
+    """Pads every share to ``ceil(N / W)`` (equal counts), and saves the global position;
+    resumed, it deals the rest of the order round-robin without padding (unequal counts on
+    a world size that does not divide the rest)."""
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas, rank, seed)
+        self.start = self.yielded = 0
+
+    def _share(self) -> list[int]:
+        order = self.order()
+        if self.start:
+            return order[self.start :][self.rank :: self.world]
+        total = math.ceil(self.size / self.world) * self.world
+        return [order[i % self.size] for i in range(self.rank, total, self.world)]
+
+    def __iter__(self) -> Iterator[int]:
+        share, self.start, self.yielded = self._share(), 0, 0
+        for index in share:
+            self.yielded += 1
+            yield index
+
+    def __len__(self) -> int:
+        return len(self._share())
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.yielded * self.world}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.start = state["epoch"], state["position"]
+
+
+def uneven_after_resume(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return UnevenAfterResume(dataset, num_replicas, rank, seed)
+
+
 class StateFailsAtEnd(CountingResume):
     """Resumes right, but its ``state_dict()`` raises once the rank's share is all yielded
     (builds and iterates every configuration: the error is the resume guarantees')."""

@@ -133,12 +133,14 @@ def test_the_kit_finds_no_violation_in_our_samplers_that_give_it(guarantee: str)
         (kit_samplers.len_after_resume, "len-matches-iteration", "after a state saved at step"),
         (kit_samplers.len_after_finished, "len-matches-iteration", "after a state saved at"),
         (kit_samplers.every_other_epoch, "reshuffles-with-set-epoch", "every other epoch"),
+        (kit_samplers.uneven_after_resume, "equal-batch-counts", "was loaded into"),
     ],
 )
 def test_the_kit_searches_the_boundaries(factory: kit.Factory, guarantee: str, said: str) -> None:
     """Each of these samplers resumes right mid-epoch and breaks at a boundary: the epoch's
     end, another rank's state, the epochs after the resumed one, len() after loading (a
-    state mid-epoch, or one at the epoch's end), the epoch after next."""
+    state mid-epoch, or one at the epoch's end), the epoch after next, the batch counts of
+    an epoch resumed on another world size."""
     result = kit.check_guarantee(factory, guarantee)
     assert result.holds is False, result
     assert result.counterexample is not None

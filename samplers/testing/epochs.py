@@ -7,6 +7,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from samplers.testing.running import (
     Configuration,
     Factory,
     Failure,
+    Lockstep,
     Rejected,
     Unsupported,
     batches,
@@ -153,17 +155,20 @@ def _equal(
     counts: Sequence[int],
     unit: tuple[str, str],
     consequence: str,
+    when: str = "",
+    details: dict[str, Any] | None = None,
 ) -> None:
-    """Fail when the ranks' ``counts`` (of ``unit``) differ."""
-    if len(set(counts)) == 1:
+    """Fail when the ranks' ``counts`` (of ``unit``) differ (``when``: after what)."""
+    if len(set(counts)) <= 1:
         return
     most, fewest = counts.index(max(counts)), counts.index(min(counts))
     gap = counts[most] - counts[fewest]
     raise Failure(
         fewest,
         configuration.epoch,
-        f"rank {most} gets {plural(counts[most], *unit)}, rank {fewest} {counts[fewest]}",
+        f"rank {most} gets {plural(counts[most], *unit)}, rank {fewest} {counts[fewest]}{when}",
         f"rank {fewest} gets {plural(gap, *unit)} fewer than rank {most}: {consequence}",
+        details,
     )
 
 
@@ -182,14 +187,51 @@ def equal_length_across_ranks(factory: Factory, configuration: Configuration) ->
 @guarantee(
     "equal-batch-counts",
     "through a DataLoader with the batch size (or the batch sampler's own batches), every "
-    "rank gets the same number of batches",
+    "rank gets the same number of batches, also in the rest of an epoch resumed on another "
+    "world size",
 )
 def equal_batch_counts(factory: Factory, configuration: Configuration) -> None:
-    """Every rank gets the same number of batches (so per-step collectives cannot hang)."""
+    """Every rank gets the same number of batches (so per-step collectives cannot hang);
+    for a sampler with ``state_dict`` whose fresh epochs on another world size
+    (``other_world_size``) are equal too, also the ranks of that world size that loaded a
+    state saved mid-epoch (after ``taken`` steps)."""
     outputs = epoch_outputs(factory, configuration)
     batched = is_batched(outputs)
     counts = [len(batches(items, batched, configuration.batch_size)) for items in outputs]
-    _equal(configuration, counts, ("batch", "batches"), "a DDP step waits forever for it")
+    consequence = "a DDP step waits forever for it"
+    _equal(configuration, counts, ("batch", "batches"), consequence)
+    other = configuration.resumed_world_size
+    fresh = epoch_outputs(factory, replace(configuration, world_size=other))
+    if len({len(batches(items, batched, configuration.batch_size)) for items in fresh}) > 1:
+        return  # unequal there without a resume: a configuration of that world size says so
+    longest = max((len(items) for items in outputs), default=0)
+    job = Lockstep([build(factory, configuration, r) for r in range(configuration.world_size)])
+    for sampler in job.samplers:
+        set_epoch(sampler, configuration.epoch)
+    taken = configuration.taken % max(longest, 1)
+    try:
+        job.step(taken)
+        state = job.states()[0]
+        resumed = [build(factory, configuration, rank, other) for rank in range(other)]
+        for sampler in resumed:
+            load(sampler, state)
+            set_epoch(sampler, configuration.epoch)
+        rest = [iterate(sampler) for sampler in resumed]
+    except Exception:  # no state, or no resume on another world size: the resume
+        return  # guarantees judge that; this one judges the counts of a resume that runs
+    counts = [len(batches(items, batched, configuration.batch_size)) for items in rest]
+    when = (
+        f" after rank 0's state saved at step {taken} on {configuration.world_size} was "
+        f"loaded into {other} ranks"
+    )
+    _equal(
+        configuration,
+        counts,
+        ("batch", "batches"),
+        consequence,
+        when,
+        {"taken": taken, "other_world_size": other},
+    )
 
 
 @guarantee("covers-dataset", "every index reaches some rank each epoch")
