@@ -47,8 +47,8 @@ STATE_VERSION = 2
 
 #: Order fields added to version 2 after states without them were written: such a state
 #: still loads, checked on the fields it has (the token and packed samplers'
-#: ``length_digest``, the packed samplers' ``split``).
-LATER_FIELDS = frozenset({"length_digest", "split"})
+#: ``length_digest``, the packed samplers' ``split``, the packed mixture's ``passes``).
+LATER_FIELDS = frozenset({"length_digest", "split", "passes"})
 
 _FIELDS: dict[str, type] = {
     "version": int,

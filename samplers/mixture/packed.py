@@ -71,7 +71,8 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
       decreasing per window as :class:`~samplers.DistributedPackedBatchSampler` packs; in
       a window with phases, each phase best-fit decreasing on its own, then the pieces
       of the sources whose passes do not end there into every row left open and rows of
-      their own (:func:`~samplers.tokens.packing.packed_in_phases`);
+      their own (:mod:`samplers.tokens.packing`: a batch of such a window reads back as
+      at most ``rows_per_batch`` rows);
     * **equal steps**: every rank yields the same number of batches (``tail`` as for the
       token samplers);
     * **resume on any world size** from one number plus the weight schedule
@@ -235,7 +236,19 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As :meth:`DistributedMixtureSampler.load_state_dict`; the state must be of the
         same lengths, split, row length, rows per batch, cost, window and weights' unit
-        (each refused naming the field)."""
+        (each refused naming the field). A state of a version that packed each window as
+        one (no ``passes`` field) loads where its epoch's rest is whole windows (at a
+        window boundary, or finished); mid-window it is refused, naming the field."""
+        if isinstance(state_dict, dict) and "passes" not in state_dict:
+            position, window = state_dict.get("position"), self.window
+            if isinstance(position, int) and position % window and not state_dict.get("finished"):
+                raise ValueError(
+                    f"state field 'passes' is missing: a state of an earlier version, saved "
+                    f"at position {position}, inside a window of {window} draws, which that "
+                    "version packed as one and handed out in another order; the rest of "
+                    "that window cannot be known (resume from a state saved at a window "
+                    f"boundary, a multiple of {window}, or at the epoch's end)"
+                )
         super().load_state_dict(state_dict)
         if self.weights_in == "tokens":
             self.weights = self.token_proportions
@@ -287,6 +300,8 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
             **_Mixture._order_fields(self),
             **DistributedPackedBatchSampler._order_fields(self),
             "weights_in": self.weights_in,
+            # Each window handed out pass by pass (states without it: see load_state_dict).
+            "passes": "in order",
         }
 
     def pieces_of(self, dataset: Any = None, key: str = "input_ids") -> PieceDataset:

@@ -221,10 +221,10 @@ def by_cost_level(
     and falling in odd ones; ties by where each batch's first sample was in its window
     of the permutation, ``firsts`` (a batch's first sample is its own: the keys differ).
 
-    With ``groups`` (a phase per batch, or -1), each window's batches of phases are
-    ordered by phase first, then as above, so that a phase's batches all come before the
-    next phase's; the batches at -1 keep the order above among themselves and are spread
-    evenly between the others (:func:`_phased`).
+    With ``groups`` (a phase per batch, or -1), each window's batches of phases keep the
+    order they were cut in (a phase's before the next's); the batches at -1 keep the
+    order above among themselves and are spread evenly between the others
+    (:func:`_phased`).
 
     Returns, in the new order, each batch's shift (its old start minus its new one), its
     size and its new start (local). The same arithmetic in numpy when installed (a few
@@ -254,17 +254,18 @@ def by_cost_level(
 
 def _phased(sequence: Any, batch_window: Any, groups: torch.Tensor) -> Any:
     """``sequence`` (batches by window, then level) rearranged within each window: the
-    batches of phases (``groups >= 0``) by phase, each phase's in the order of
-    ``sequence``; the others (-1) in that order; the two lists merged as if each were
-    spread evenly over the window (the ``i``-th of ``n`` at ``(2i + 1) / 2n``, a phase's
-    batch first on a tie). In torch (a few thousand batches), returned as given."""
+    batches of phases (``groups >= 0``) in the order they were cut (their numbers: a
+    phase's before the next's); the others (-1) in the order of ``sequence``; the two
+    lists merged as if each were spread evenly over the window (the ``i``-th of ``n`` at
+    ``(2i + 1) / 2n``, a phase's batch first on a tie). In torch (a few thousand batches),
+    returned as given."""
     as_numpy = not isinstance(sequence, torch.Tensor)
     order = torch.as_tensor(sequence)
     window = torch.as_tensor(batch_window).index_select(0, order)
     group = groups.index_select(0, order)
     free = group < 0
-    # Within each window: the free batches, then the phases' by phase (order kept within).
-    key = window * (int(group.max()) + 2) + torch.where(free, 0, group + 1)
+    # Within each window: the free batches (in the order given), then the phases' as cut.
+    key = window * (order.numel() + 1) + torch.where(free, 0, order + 1)
     moved = torch.argsort(key, stable=True)
     order, window, free = order[moved], window[moved], free[moved]
     # Each batch's rank in its window's list, and the other list's length there.

@@ -268,7 +268,8 @@ class TokenOrder(Order):
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("_aranged", None)  # not in orders pickled before it
+        for name in ("_aranged", "phases"):  # not in orders pickled before them
+            self.__dict__.setdefault(name, None)
         self.lock = threading.RLock()
 
     @property
@@ -425,11 +426,10 @@ class TokenOrder(Order):
         count: int,
         phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """A chunk's windows, each sorted longest first (``lengths``; ``local`` is
-        ``arange(count)``; ``phases``: :attr:`phases` in that order), cut into batches:
-        how the samples are rearranged within their windows first (positions of
-        ``lengths``; ``None``: not rearranged), the lengths so rearranged, and the batch
-        starts (local, int64)."""
+        """A chunk's windows, each sorted longest first (``lengths``; ``local``:
+        ``arange(count)``; ``phases``: :attr:`phases` so sorted), cut into batches: how the
+        samples are rearranged in their windows first (positions of ``lengths``; ``None``:
+        not rearranged), the lengths so rearranged, and the batch starts (local, int64)."""
         return None, lengths, self._cut(lengths, local, count)
 
     def _budget(self) -> int:

@@ -27,6 +27,17 @@ opened before it when it was placed, and rows only fill up, so it does not fit a
 them; the rest of a row fits with it. That is why a packed batch reaches the DataLoader
 as a flat list of indices and :func:`samplers.tokens.collate.packed_collate` rebuilds
 its rows from the samples' lengths.
+
+**With phases** (:attr:`~samplers.tokens.order.TokenOrder.phases`, a packed mixture's
+windows that end a source's pass), a window's samples of each phase must be handed out
+before the next phase's: each phase is packed on its own, the free samples (phase -1)
+then fill what is left and rows of their own (:func:`packed_in_phases`); the rows go
+out phase after phase, the free rows last (:func:`phase_order`), whole rows joined while
+they fit, and every ``rows_per_batch`` of those make a batch; the phases' batches keep
+that order and the free rows' batches are spread between them
+(:func:`~samplers.tokens.arrays.by_cost_level`). Cut greedily, such a batch reads back
+as its rows or fewer (a phase's last row and the next one's first may fit together),
+each within ``max_length``, in the same order.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ __all__ = [
     "best_fit_decreasing",
     "default_packing_window",
     "packed_in_phases",
+    "phase_order",
     "row_starts",
 ]
 
@@ -140,6 +152,17 @@ def packed_in_phases(
     return rows, places, row_phases
 
 
+def phase_order(row_phases: Sequence[int]) -> list[int]:
+    """A window's rows (numbered as opened, each with its phase as
+    :func:`packed_in_phases` gives it) in the order they are handed out: the phases'
+    rows, phase after phase, each phase's in the order opened, then the free rows (-1) in
+    that order. A batch may hold the end of one phase and the start of the next, in that
+    order; cut greedily (:func:`row_starts`), it reads back as its rows or fewer (a
+    phase's last row and the next phase's first may fit together), each within
+    ``max_length``, in the same order."""
+    return sorted(range(len(row_phases)), key=lambda n: (row_phases[n] < 0, row_phases[n], n))
+
+
 def row_starts(lengths: Sequence[int], max_length: int) -> list[int]:
     """Where the rows of a packed batch begin (indices into ``lengths``): a row takes the
     next length while the sum stays within ``max_length`` (a longer length alone)."""
@@ -212,47 +235,75 @@ class PackedOrder(TokenOrder):
         count: int,
         phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        if phases is not None:
+            return self._phased_batches(lengths, phases.tolist(), count)
         window = self.window
         values: list[int] = lengths.tolist()
-        marks: list[int] | None = None if phases is None else phases.tolist()
-        # Each sample's row, numbered across the chunk (a window's rows after the last's),
-        # and its place in the packing; each row's part (a window's, or with phases a
-        # window's phase's: its batches are its own).
+        # Each sample's row, numbered across the chunk (a window's rows after the last's).
         row = torch.empty(count, dtype=torch.int64)
-        place = torch.arange(count, dtype=torch.int64)
-        parts: list[int] = []
         opened = 0
-        for number, low in enumerate(range(0, count, window)):
+        for low in range(0, count, window):
             high = min(low + window, count)
-            if marks is None or max(marks[low:high]) < 0:
-                numbers = best_fit_decreasing(values[low:high], self.max_length)
-                rows = max(numbers) + 1
-                parts += [2 * number * window] * rows
-            else:
-                numbers, places, row_phases = packed_in_phases(
-                    values[low:high], marks[low:high], self.max_length
-                )
-                rows = len(row_phases)
-                place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
-                parts += [2 * number * window + 1 + phase for phase in row_phases]
+            numbers = best_fit_decreasing(values[low:high], self.max_length)
             row[low:high] = torch.tensor(numbers, dtype=torch.int64) + opened
-            opened += rows
+            opened += max(numbers) + 1
         # Rows in the order they were opened, each row's samples in the order they went in.
-        arranged = (
-            torch.argsort(row, stable=True) if marks is None else torch.argsort(row * count + place)
-        )
+        arranged = torch.argsort(row, stable=True)
         row = row[arranged]
         first = torch.ones(count, dtype=torch.bool)
         first[1:] = row[1:] != row[:-1]
         starts = torch.nonzero(first).squeeze(1)
-        # Every rows_per_batch rows of a part are a batch.
-        part = torch.tensor(parts, dtype=torch.int64)
-        part_first = torch.ones(starts.numel(), dtype=torch.bool)
-        part_first[1:] = part[1:] != part[:-1]
+        # Every rows_per_batch rows of a window are a batch.
+        windows = starts // window
+        window_first = torch.ones(starts.numel(), dtype=torch.bool)
+        window_first[1:] = windows[1:] != windows[:-1]
         first_row = torch.cummax(
-            torch.where(part_first, torch.arange(starts.numel()), 0), dim=0
+            torch.where(window_first, torch.arange(starts.numel()), 0), dim=0
         ).values
         batch_start = (torch.arange(starts.numel()) - first_row) % self.rows_per_batch == 0
+        return arranged, lengths[arranged], starts[batch_start]
+
+    def _phased_batches(
+        self, lengths: torch.Tensor, marks: list[int], count: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_batches` of windows with phases (``marks``, as sorted): each window
+        packed by :func:`packed_in_phases`, its rows in :func:`phase_order`, joined where
+        a whole row fits into the rows before it (a small source's passes, one row each,
+        share rows again), every ``rows_per_batch`` of those a batch. A batch begins at
+        a row's first sample: a phase's, but in the free rows, which come last (so a
+        batch whose first sample is free holds no phase's sample)."""
+        values: list[int] = lengths.tolist()
+        row = torch.empty(count, dtype=torch.int64)  # each sample's row, across the chunk
+        place = torch.arange(count, dtype=torch.int64)  # its place in its row's packing
+        handed: list[int] = []  # each row's place in the order rows are handed out
+        begins: list[bool] = []  # in that order: whether the row begins a batch
+        for low in range(0, count, self.window):
+            high = min(low + self.window, count)
+            numbers, places, row_phases = packed_in_phases(
+                values[low:high], marks[low:high], self.max_length
+            )
+            place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
+            sums = [0] * len(row_phases)
+            for number, length in zip(numbers, values[low:high], strict=True):
+                sums[number] += length
+            sequence = phase_order(row_phases)
+            # Whole rows joined while they fit, as row_starts cuts samples.
+            firsts = row_starts([sums[number] for number in sequence], self.max_length)
+            batch_firsts = set(firsts[:: self.rows_per_batch])
+            where = [0] * len(sequence)
+            for at, number in enumerate(sequence):
+                where[number] = len(handed) + at
+            row[low:high] = torch.tensor(numbers, dtype=torch.int64) + len(handed)
+            handed += where
+            begins += [at in batch_firsts for at in range(len(sequence))]
+        row = torch.tensor(handed, dtype=torch.int64)[row]
+        # Rows in the order handed out, each row's samples in the order they went in.
+        arranged = torch.argsort(row * count + place)
+        row = row[arranged]
+        first = torch.ones(count, dtype=torch.bool)
+        first[1:] = row[1:] != row[:-1]
+        starts = torch.nonzero(first).squeeze(1)
+        batch_start = torch.tensor(begins, dtype=torch.bool)[row[starts]]
         return arranged, lengths[arranged], starts[batch_start]
 
     def _level_budget(self) -> int:
