@@ -27,7 +27,7 @@ from samplers import (
     SamplerWarning,
     TokenCost,
 )
-from samplers.tokens.packing import packed_in_phases, row_starts
+from samplers.tokens.packing import packed_in_phases, phase_order, row_starts
 from samplers.tokens.pieces import Pieces, piece_length_of
 
 LENGTHS = [(i * 97) % 300 + 1 for i in range(300)]
@@ -338,31 +338,26 @@ def test_an_order_pickled_before_phases_plans_as_it_did() -> None:
     st.lists(st.tuples(st.integers(0, 60), st.integers(-1, 3)), max_size=60),
     st.integers(1, 64),
 )
-def test_rows_packed_in_phases_keep_phases_apart_and_read_back(
+def test_rows_packed_in_phases_hand_phases_out_in_order_and_read_back(
     samples: list[tuple[int, int]], max_length: int
 ) -> None:
-    """Each phase's rows are its own samples (then free ones, -1), opened after the phase
-    before's; the free samples fill what is left; cut greedily, each phase's rows, and
-    the free samples' own rows, read back as they were packed."""
+    """Handed out in :func:`phase_order`, the rows give every phase's samples before the
+    next phase's (free ones, -1, anywhere); every row is within ``max_length`` (or one
+    longer sample); cut greedily, all the rows read back exactly as packed."""
     samples.sort(key=lambda sample: -sample[0])  # longest first, as a window is
     lengths = [length for length, _ in samples]
     phases = [phase for _, phase in samples]
     rows, places, row_phases = packed_in_phases(lengths, phases, max_length)
     assert sorted(places) == list(range(len(samples)))
-    for row, phase in enumerate(row_phases):
-        members = [places[k] for k in range(len(places)) if rows[places[k]] == row]
-        held = [lengths[i] for i in members]
-        assert sum(held) <= max_length or len(held) == 1
-        assert {phases[i] for i in members if phases[i] >= 0} <= {phase}
-    assert row_phases == sorted(row_phases, key=lambda p: (p < 0, p))  # phases in order
-    for phase in set(row_phases):
-        own = [row for row, p in enumerate(row_phases) if p == phase]
-        flat = [
-            lengths[places[k]] for row in own for k in range(len(places)) if rows[places[k]] == row
-        ]
-        sizes = [sum(1 for k in range(len(places)) if rows[places[k]] == row) for row in own]
-        starts = [sum(sizes[:n]) for n in range(len(sizes))]
-        assert row_starts(flat, max_length) == starts
+    members = [[i for i in places if rows[i] == row] for row in range(len(row_phases))]
+    for held in members:
+        assert sum(lengths[i] for i in held) <= max_length or len(held) == 1
+    handed = [i for row in phase_order(row_phases) for i in members[row]]
+    phased = [phases[i] for i in handed if phases[i] >= 0]
+    assert phased == sorted(phased)
+    flat = [lengths[i] for i in handed]
+    sizes = [len(members[row]) for row in phase_order(row_phases)]
+    assert row_starts(flat, max_length) == [sum(sizes[:n]) for n in range(len(sizes))]
 
 
 def test_set_weights_takes_effect_at_the_next_window_and_a_resume_reproduces_it() -> None:

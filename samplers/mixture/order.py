@@ -108,24 +108,36 @@ class MixtureOrder(Order):
         sizes = self.sizes_tensor.index_select(0, source)
         return source, torch.div(drawn, sizes, rounding_mode="floor"), drawn % sizes
 
-    def window_phases(self, lo: int, hi: int, window: int) -> torch.Tensor:
+    def window_phases(self, lo: int, hi: int, window: int) -> torch.Tensor | None:
         """Each of the epoch's positions ``[lo, hi)`` (``lo`` a multiple of ``window``):
         for a source whose pass ends within the position's window, how many of its passes
         began in the window before the position (from 0, its first in the window); -1 for
         the others, and for a source of one sample, whose passes are alike. A window
         handed out phase after phase gives each source's passes in order; the positions at
-        -1 may go anywhere in it."""
+        -1 may go anywhere in it. ``None`` when no pass ends inside ``[lo, hi)``."""
+        sizes = self.sizes_tensor
+        before = torch.tensor(self.schedule.counts(self.first + lo), dtype=torch.int64)
+        after = torch.tensor(self.schedule.counts(self.first + hi), dtype=torch.int64)
+        ending = (after - 1).div(sizes, rounding_mode="floor") > before.div(
+            sizes, rounding_mode="floor"
+        )
+        ending &= (after > before) & (sizes > 1)
+        if not bool(ending.any()):
+            return None
         positions = torch.arange(lo, hi, dtype=torch.int64)
         source, passes, _ = self.passes(positions + self.first)
-        key = (positions - lo) // window * len(self.sizes) + source
+        marked = torch.nonzero(ending.index_select(0, source)).squeeze(1)
+        source, passes = source.index_select(0, marked), passes.index_select(0, marked)
+        key = (marked // window) * len(self.sizes) + source  # (window, source)
         groups, inverse = torch.unique(key, return_inverse=True)
         first = torch.full_like(groups, torch.iinfo(torch.int64).max)
         first = first.scatter_reduce(0, inverse, passes, "amin")
         last = torch.full_like(groups, -1).scatter_reduce(0, inverse, passes, "amax")
         phases = passes - first.index_select(0, inverse)
         ends = (last > first).index_select(0, inverse)  # a pass ends in the window
-        ends &= self.sizes_tensor.index_select(0, source) > 1
-        return torch.where(ends, phases, -1)
+        found = torch.full((hi - lo,), -1, dtype=torch.int64)
+        found[marked] = torch.where(ends, phases, -1)
+        return found
 
     def within(self, source: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """The index within its source of each source's ``drawn``-th draw."""

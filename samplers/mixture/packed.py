@@ -69,10 +69,10 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
       ``max_length`` (with ``split="long"`` or a piece length, always; without ``split``
       a document longer than ``max_length`` is a row of its own), packed best-fit
       decreasing per window as :class:`~samplers.DistributedPackedBatchSampler` packs; in
-      a window with phases, each phase best-fit decreasing on its own, then the pieces
+      a window with phases, each phase best-fit decreasing on its own (and into the
+      last row before it), then the pieces
       of the sources whose passes do not end there into every row left open and rows of
-      their own (:mod:`samplers.tokens.packing`: a batch of such a window reads back as
-      at most ``rows_per_batch`` rows);
+      their own (:mod:`samplers.tokens.packing`);
     * **equal steps**: every rank yields the same number of batches (``tail`` as for the
       token samplers);
     * **resume on any world size** from one number plus the weight schedule
@@ -241,7 +241,13 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
         window boundary, or finished); mid-window it is refused, naming the field."""
         if isinstance(state_dict, dict) and "passes" not in state_dict:
             position, window = state_dict.get("position"), self.window
-            if isinstance(position, int) and position % window and not state_dict.get("finished"):
+            ours = state_dict.get("window", window) == window  # else refused naming window
+            if (
+                ours
+                and isinstance(position, int)
+                and position % window
+                and not state_dict.get("finished")
+            ):
                 raise ValueError(
                     f"state field 'passes' is missing: a state of an earlier version, saved "
                     f"at position {position}, inside a window of {window} draws, which that "

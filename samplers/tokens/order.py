@@ -237,7 +237,7 @@ class TokenOrder(Order):
         self.stream = stream
         self.permutes = stream is None or stream.permutes
         #: ``(lo, hi) ->`` each position's phase in its window, in order in the batches.
-        self.phases: Callable[[int, int], torch.Tensor] | None = None
+        self.phases: Callable[[int, int], torch.Tensor | None] | None = None
         self.length = lengths.numel() if stream is None else stream.size
         #: Whole windows in the first planned chunk, and in each later one (about
         #: :data:`CHUNK_GROWTH` times as many samples; one window when windows are larger).

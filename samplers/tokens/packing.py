@@ -30,14 +30,13 @@ its rows from the samples' lengths.
 
 **With phases** (:attr:`~samplers.tokens.order.TokenOrder.phases`, a packed mixture's
 windows that end a source's pass), a window's samples of each phase must be handed out
-before the next phase's: each phase is packed on its own, the free samples (phase -1)
-then fill what is left and rows of their own (:func:`packed_in_phases`); the rows go
-out phase after phase, the free rows last (:func:`phase_order`), whole rows joined while
-they fit, and every ``rows_per_batch`` of those make a batch; the phases' batches keep
-that order and the free rows' batches are spread between them
-(:func:`~samplers.tokens.arrays.by_cost_level`). Cut greedily, such a batch reads back
-as its rows or fewer (a phase's last row and the next one's first may fit together),
-each within ``max_length``, in the same order.
+before the next phase's: each phase is packed on its own and into the last row before
+it, the free samples (phase -1) then fill what is left and rows of their own
+(:func:`packed_in_phases`); the rows go out phase after phase, the free rows last
+(:func:`phase_order`), and every ``rows_per_batch`` of them make a batch; the phases'
+batches keep that order and the free rows' batches are spread between them
+(:func:`~samplers.tokens.arrays.by_cost_level`). Such a batch also reads back as its
+rows: in that order, a row's first sample fits into no row before it.
 """
 
 from __future__ import annotations
@@ -119,26 +118,32 @@ def packed_in_phases(
     lengths: Sequence[int], phases: Sequence[int], max_length: int
 ) -> tuple[list[int], list[int], list[int]]:
     """A window's samples (sorted longest first) packed phase by phase: each phase ``k >=
-    0`` best-fit decreasing on its own, in rows after the phase before's, then the free
-    samples (phase -1) best-fit into every row left open and into rows of their own.
+    0`` best-fit decreasing on its own, into rows after the phase before's and into the
+    last row opened before it (handed out right before them, so its samples still come
+    first), then the free samples (phase -1) best-fit into every row left open and into
+    rows of their own.
 
     Returns each sample's row, its place in the packing (rows hold their samples in that
-    order: a row of a phase holds its phase's samples, then free ones), and each row's
-    phase (-1 for the free samples' own rows). Rows come in the order they were opened:
-    a phase's rows before the next one's, so handing the rows out in that order (the free
-    rows anywhere) hands out each phase before the next; and within each phase's rows,
-    and within the free rows, a row's first sample fits into no row before it."""
+    order: a row's earlier phases' samples, then later ones', then free ones), and each
+    row's phase (the one it was opened in; -1 for the free samples' own rows). Rows come
+    in the order they were opened: a phase's rows before the next one's, so handing the
+    rows out in that order (:func:`phase_order`) hands out each phase before the next;
+    and a row's first sample fits into no row before it, in that order."""
     members: dict[int, list[int]] = {}
     for number, phase in enumerate(phases):
         members.setdefault(phase, []).append(number)
     rows = [0] * len(lengths)
     places: list[int] = []
     row_phases: list[int] = []
-    left: list[int] = []  # the rooms of every phase's rows, for the free samples
+    left: list[int] = []  # the rooms of the phases' rows, for the free samples
+    last: list[int] = []  # the room of the last row opened, while open
     opened = 0
     for phase in [*sorted(k for k in members if k >= 0), -1]:
         group = members.get(phase, [])
-        room: list[int] = [] if phase >= 0 else left
+        room = list(last) if phase >= 0 else left
+        if phase < 0:
+            for key in last:
+                bisect.insort(left, key)
         found: list[int] = []
         before = opened
         opened = _fill([lengths[i] for i in group], max_length, room, opened, found)
@@ -147,8 +152,10 @@ def packed_in_phases(
             rows[number] = row
         places += group
         if phase >= 0:
+            last = [key for key in room if key & (_SHIFT - 1) == opened - 1]
             for key in room:
-                bisect.insort(left, key)
+                if key not in last:
+                    bisect.insort(left, key)
     return rows, places, row_phases
 
 
@@ -157,9 +164,8 @@ def phase_order(row_phases: Sequence[int]) -> list[int]:
     :func:`packed_in_phases` gives it) in the order they are handed out: the phases'
     rows, phase after phase, each phase's in the order opened, then the free rows (-1) in
     that order. A batch may hold the end of one phase and the start of the next, in that
-    order; cut greedily (:func:`row_starts`), it reads back as its rows or fewer (a
-    phase's last row and the next phase's first may fit together), each within
-    ``max_length``, in the same order."""
+    order; cut greedily (:func:`row_starts`), it reads back as its rows (see
+    :func:`packed_in_phases`)."""
     return sorted(range(len(row_phases)), key=lambda n: (row_phases[n] < 0, row_phases[n], n))
 
 
@@ -235,7 +241,7 @@ class PackedOrder(TokenOrder):
         count: int,
         phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        if phases is not None:
+        if phases is not None and bool((phases >= 0).any()):
             return self._phased_batches(lengths, phases.tolist(), count)
         window = self.window
         values: list[int] = lengths.tolist()
@@ -267,11 +273,10 @@ class PackedOrder(TokenOrder):
         self, lengths: torch.Tensor, marks: list[int], count: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_batches` of windows with phases (``marks``, as sorted): each window
-        packed by :func:`packed_in_phases`, its rows in :func:`phase_order`, joined where
-        a whole row fits into the rows before it (a small source's passes, one row each,
-        share rows again), every ``rows_per_batch`` of those a batch. A batch begins at
-        a row's first sample: a phase's, but in the free rows, which come last (so a
-        batch whose first sample is free holds no phase's sample)."""
+        packed by :func:`packed_in_phases`, its rows in :func:`phase_order`, every
+        ``rows_per_batch`` of them a batch. A batch begins at a row's first sample: a
+        phase's, but in the free rows, which come last (so a batch whose first sample is
+        free holds no phase's sample)."""
         values: list[int] = lengths.tolist()
         row = torch.empty(count, dtype=torch.int64)  # each sample's row, across the chunk
         place = torch.arange(count, dtype=torch.int64)  # its place in its row's packing
@@ -283,19 +288,13 @@ class PackedOrder(TokenOrder):
                 values[low:high], marks[low:high], self.max_length
             )
             place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
-            sums = [0] * len(row_phases)
-            for number, length in zip(numbers, values[low:high], strict=True):
-                sums[number] += length
             sequence = phase_order(row_phases)
-            # Whole rows joined while they fit, as row_starts cuts samples.
-            firsts = row_starts([sums[number] for number in sequence], self.max_length)
-            batch_firsts = set(firsts[:: self.rows_per_batch])
             where = [0] * len(sequence)
             for at, number in enumerate(sequence):
                 where[number] = len(handed) + at
             row[low:high] = torch.tensor(numbers, dtype=torch.int64) + len(handed)
             handed += where
-            begins += [at in batch_firsts for at in range(len(sequence))]
+            begins += [at % self.rows_per_batch == 0 for at in range(len(sequence))]
         row = torch.tensor(handed, dtype=torch.int64)[row]
         # Rows in the order handed out, each row's samples in the order they went in.
         arranged = torch.argsort(row * count + place)
