@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from samplers.testing.mixtures import Mixture, plain_epoch
 from samplers.testing.registry import MIXTURES
-from samplers.testing.running import Factory, Rejected, Unsupported, Violation
+from samplers.testing.running import Factory, Rejected, Unsupported, Violation, raised_in_check
 from samplers.testing.search import SEEDS, Result, _Tally
 
 __all__ = ["LARGE_WEIGHTS", "MIXTURE_EXAMPLES", "check_mixture", "check_mixture_guarantee"]
@@ -136,16 +136,7 @@ def _judged(factory: Factory, guarantee: str, mixture: Mixture, error: Exception
             plain_epoch(factory, mixture)
     except Exception:
         return Rejected(error)
-    raised = f"{type(error).__name__}: {error}"
-    return Violation(
-        guarantee,
-        None,
-        0,
-        f"the sampler raised {raised} while the check ran, although it builds and runs "
-        "this mixture's epoch",
-        f"a job that does what this guarantee covers fails with {type(error).__name__}",
-        {"error": raised},
-    )
+    return raised_in_check(guarantee, 0, error, "builds and runs this mixture's epoch")
 
 
 def check_mixture_guarantee(factory: Factory, guarantee: str, *, thorough: bool = False) -> Result:

@@ -127,6 +127,20 @@ class Violation(AssertionError):
         self.details = dict(details or {})
 
 
+def raised_in_check(guarantee: str, epoch: int, error: BaseException, taken: str) -> Violation:
+    """The :class:`Violation` of ``guarantee`` for an ``error`` the sampler raised while its
+    check ran, although it ``taken`` (builds and iterates the configuration)."""
+    raised = f"{type(error).__name__}: {error}"
+    return Violation(
+        guarantee,
+        None,
+        epoch,
+        f"the sampler raised {raised} while the check ran, although it {taken}",
+        f"a job that does what this guarantee covers fails with {type(error).__name__}",
+        {"error": raised},
+    )
+
+
 class Failure(Exception):
     """What a check function raises: a :class:`Violation` without its guarantee's id, which
     the registry adds (see :func:`samplers.testing.registry.guarantee`)."""

@@ -38,6 +38,7 @@ from samplers.testing.running import (
     Unsupported,
     Violation,
     bounded,
+    raised_in_check,
 )
 from samplers.testing.running import time_limit as within
 
@@ -231,16 +232,8 @@ def _judged(
         raise TimedOut(guarantee, configuration, seconds) from None
     except Exception:
         return Rejected(error)
-    raised = f"{type(error).__name__}: {error}"
-    return Violation(
-        guarantee,
-        None,
-        configuration.epoch,
-        f"the sampler raised {raised} while the check ran, although it builds and iterates "
-        "this configuration",
-        f"a job that does what this guarantee covers fails with {type(error).__name__}",
-        {"error": raised},
-    )
+    taken = "builds and iterates this configuration"
+    return raised_in_check(guarantee, configuration.epoch, error, taken)
 
 
 def check_guarantee(
