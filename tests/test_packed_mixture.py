@@ -27,7 +27,7 @@ from samplers import (
     SamplerWarning,
     TokenCost,
 )
-from samplers.tokens.packing import packed_in_phases, phase_order, row_starts
+from samplers.tokens.packing import packed_in_phases, row_starts
 from samplers.tokens.pieces import Pieces, piece_length_of
 
 LENGTHS = [(i * 97) % 300 + 1 for i in range(300)]
@@ -341,7 +341,7 @@ def test_an_order_pickled_before_phases_plans_as_it_did() -> None:
 def test_rows_packed_in_phases_hand_phases_out_in_order_and_read_back(
     samples: list[tuple[int, int]], max_length: int
 ) -> None:
-    """Handed out in :func:`phase_order`, the rows give every phase's samples before the
+    """Handed out in the order opened, the rows give every phase's samples before the
     next phase's (free ones, -1, anywhere); every row is within ``max_length`` (or one
     longer sample); cut greedily, all the rows read back exactly as packed."""
     samples.sort(key=lambda sample: -sample[0])  # longest first, as a window is
@@ -352,11 +352,13 @@ def test_rows_packed_in_phases_hand_phases_out_in_order_and_read_back(
     members = [[i for i in places if rows[i] == row] for row in range(len(row_phases))]
     for held in members:
         assert sum(lengths[i] for i in held) <= max_length or len(held) == 1
-    handed = [i for row in phase_order(row_phases) for i in members[row]]
+    # Rows are opened phase after phase, the free samples' own rows last.
+    assert row_phases == sorted(row_phases, key=lambda phase: (phase < 0, phase))
+    handed = [i for held in members for i in held]
     phased = [phases[i] for i in handed if phases[i] >= 0]
     assert phased == sorted(phased)
     flat = [lengths[i] for i in handed]
-    sizes = [len(members[row]) for row in phase_order(row_phases)]
+    sizes = [len(held) for held in members]
     assert row_starts(flat, max_length) == [sum(sizes[:n]) for n in range(len(sizes))]
 
 

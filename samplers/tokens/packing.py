@@ -32,8 +32,8 @@ its rows from the samples' lengths.
 windows that end a source's pass), a window's samples of each phase must be handed out
 before the next phase's: each phase is packed on its own and into the last row before
 it, the free samples (phase -1) then fill what is left and rows of their own
-(:func:`packed_in_phases`); the rows go out phase after phase, the free rows last
-(:func:`phase_order`), and every ``rows_per_batch`` of them make a batch; the phases'
+(:func:`packed_in_phases`); the rows go out in the order opened, phase after phase,
+the free rows last, and every ``rows_per_batch`` of them make a batch; the phases'
 batches keep that order and the free rows' batches are spread between them
 (:func:`~samplers.tokens.arrays.by_cost_level`). Such a batch also reads back as its
 rows: in that order, a row's first sample fits into no row before it.
@@ -56,7 +56,6 @@ __all__ = [
     "best_fit_decreasing",
     "default_packing_window",
     "packed_in_phases",
-    "phase_order",
     "row_starts",
 ]
 
@@ -127,7 +126,7 @@ def packed_in_phases(
     order: a row's earlier phases' samples, then later ones', then free ones), and each
     row's phase (the one it was opened in; -1 for the free samples' own rows). Rows come
     in the order they were opened: a phase's rows before the next one's, so handing the
-    rows out in that order (:func:`phase_order`) hands out each phase before the next;
+    rows out in that order hands out each phase before the next;
     and a row's first sample fits into no row before it, in that order."""
     members: dict[int, list[int]] = {}
     for number, phase in enumerate(phases):
@@ -157,16 +156,6 @@ def packed_in_phases(
                 if key not in last:
                     bisect.insort(left, key)
     return rows, places, row_phases
-
-
-def phase_order(row_phases: Sequence[int]) -> list[int]:
-    """A window's rows (numbered as opened, each with its phase as
-    :func:`packed_in_phases` gives it) in the order they are handed out: the phases'
-    rows, phase after phase, each phase's in the order opened, then the free rows (-1) in
-    that order. A batch may hold the end of one phase and the start of the next, in that
-    order; cut greedily (:func:`row_starts`), it reads back as its rows (see
-    :func:`packed_in_phases`)."""
-    return sorted(range(len(row_phases)), key=lambda n: (row_phases[n] < 0, row_phases[n], n))
 
 
 def row_starts(lengths: Sequence[int], max_length: int) -> list[int]:
@@ -273,30 +262,26 @@ class PackedOrder(TokenOrder):
         self, lengths: torch.Tensor, marks: list[int], count: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_batches` of windows with phases (``marks``, as sorted): each window
-        packed by :func:`packed_in_phases`, its rows in :func:`phase_order`, every
-        ``rows_per_batch`` of them a batch. A batch begins at a row's first sample: a
-        phase's, but in the free rows, which come last (so a batch whose first sample is
-        free holds no phase's sample)."""
+        packed by :func:`packed_in_phases`, its rows in the order opened (phase after
+        phase, the free rows last), every ``rows_per_batch`` of them a batch. A batch
+        begins at a row's first sample: a phase's, but in the free rows, which come last
+        (so a batch whose first sample is free holds no phase's sample)."""
         values: list[int] = lengths.tolist()
         row = torch.empty(count, dtype=torch.int64)  # each sample's row, across the chunk
         place = torch.arange(count, dtype=torch.int64)  # its place in its row's packing
-        handed: list[int] = []  # each row's place in the order rows are handed out
-        begins: list[bool] = []  # in that order: whether the row begins a batch
+        begins: list[bool] = []  # each row: whether it begins a batch
+        opened = 0
         for low in range(0, count, self.window):
             high = min(low + self.window, count)
             numbers, places, row_phases = packed_in_phases(
                 values[low:high], marks[low:high], self.max_length
             )
             place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
-            sequence = phase_order(row_phases)
-            where = [0] * len(sequence)
-            for at, number in enumerate(sequence):
-                where[number] = len(handed) + at
-            row[low:high] = torch.tensor(numbers, dtype=torch.int64) + len(handed)
-            handed += where
-            begins += [at % self.rows_per_batch == 0 for at in range(len(sequence))]
-        row = torch.tensor(handed, dtype=torch.int64)[row]
-        # Rows in the order handed out, each row's samples in the order they went in.
+            row[low:high] = torch.tensor(numbers, dtype=torch.int64) + opened
+            begins += [at % self.rows_per_batch == 0 for at in range(len(row_phases))]
+            opened += len(row_phases)
+        # Rows in the order opened (phase after phase, the free rows last), each row's
+        # samples in the order they went in.
         arranged = torch.argsort(row * count + place)
         row = row[arranged]
         first = torch.ones(count, dtype=torch.bool)
