@@ -757,9 +757,11 @@ def test_the_cost_prose_names_small_sizes_in_kib() -> None:
 
 
 def test_the_cost_claim_holds_for_its_table() -> None:
-    """The claim's conditions against the finding's own table (fewer, smaller sizes)."""
+    """The claim's conditions against the finding's own table (fewer, smaller sizes, one
+    interpreter: the median over several that the finding takes steadies a peak by a few
+    dozen bytes, tests/test_cost_determinism.py, which these conditions do not need)."""
     sizes = (10, 1_000, 10**6, 2 * 10**6)  # past the chunk on rank 7 of 8
-    finding = cost.evidence(cost.measure_in_fresh_process(sizes))
+    finding = cost.evidence(cost.measure_in_fresh_process(sizes, processes=1))
     table = finding.tables[0].frame
     peak = table.pivot(
         index="dataset size", columns="implementation", values="heap peak to first index"
