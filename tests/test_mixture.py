@@ -31,8 +31,10 @@ from samplers.mixture.schedule import (
     MAX_PERIOD,
     Period,
     Schedule,
+    _closest,
     _earliest_deadline_first,
     _whole_period,
+    fraction,
     parts,
     period,
 )
@@ -119,6 +121,36 @@ def test_parts_read_floats_as_the_fractions_meant() -> None:
     assert parts([1 / 3, 2 / 3]) == (1, 2)
     assert parts([6, 3, 1]) == parts([60, 30, 10]) == (6, 3, 1)
     assert parts([Fraction(1, 7), 0]) == (1, 0)
+
+
+def _fraction_as_before(value: float) -> Fraction:
+    """How a float weight was read with fractions.Fraction's own arithmetic."""
+    exact = Fraction(value)
+    simple = exact.limit_denominator(10**6)
+    if abs(simple - exact) <= abs(exact) * Fraction(1e-12):
+        return simple
+    return Fraction(repr(value))
+
+
+@given(
+    st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+    | st.builds(lambda n, d: n / d, st.integers(1, 10**7), st.integers(1, 10**7))
+)
+def test_a_float_weight_is_read_in_integers_as_fractions_read_it(value: float) -> None:
+    """fraction() reads a float in integer arithmetic alone: the same fraction as the
+    reading with Fraction's limit_denominator and its comparisons."""
+    assert fraction(value) == _fraction_as_before(value)
+    assert fraction(-value) == _fraction_as_before(-value)
+
+
+@given(st.integers(-(10**15), 10**15), st.integers(1, 10**15), st.integers(1, 10**7))
+def test_the_closest_fraction_is_limit_denominators(n: int, d: int, limit: int) -> None:
+    expected = Fraction(n, d).limit_denominator(limit)
+    whole = Fraction(n, d)
+    assert _closest(whole.numerator, whole.denominator, limit) == (
+        expected.numerator,
+        expected.denominator,
+    )
 
 
 def test_parts_round_a_large_denominator_keeping_every_positive_weight() -> None:
@@ -534,9 +566,12 @@ def test_a_period_is_computed_as_far_as_it_is_used_and_the_same_whole() -> None:
     whole.ensure(whole.length)
     assert torch.equal(source, whole.source[: 64 * 8 : 8])
     assert torch.equal(rank, whole.rank[: 64 * 8 : 8])
-    for offset in (5000, 777, 30001, MAX_PERIOD - 1):
+    # Past the first steps, a prefix four times as long as the one done (a multiple of
+    # the checkpoints'), the whole period once that would pass half of it.
+    for offset, done in ((5000, 8192), (777, 8192), (30001, 32768), (MAX_PERIOD - 1, MAX_PERIOD)):
         assert torch.equal(lazy.counts_before(offset), whole.counts_before(offset))
         assert lazy.at(torch.tensor([offset]))[0].item() == whole.source[offset].item()
+        assert lazy._done == done, offset
     assert torch.equal(lazy.source, whole.source)
     assert torch.equal(lazy.checkpoints, whole.checkpoints)
 
@@ -550,11 +585,22 @@ def test_the_whole_period_at_once_is_earliest_deadline_first_step_by_step(
 ) -> None:
     """The period computed in rounds of tensor operations is, step for step, the one
     earliest deadline first gives one step at a time: periods of any length (a power of
-    two or padded to one, 1 included), paused sources, one source."""
+    two or padded to one, 1 included), paused sources, one source; and so is every
+    prefix computed alone (from the draws released before its end)."""
     sources, ranks = _earliest_deadline_first(tuple(part))
     whole_source, whole_rank = _whole_period(tuple(part))
     assert whole_source.tolist() == sources
     assert whole_rank.tolist() == ranks
+    total = sum(part)
+    for stop in sorted(
+        {min(k, total) for k in (1, 2, total // 3, total // 2 + 1, total - 1)} - {0}
+    ):
+        prefix_source, prefix_rank = _whole_period(tuple(part), stop)
+        assert prefix_source.tolist() == sources[:stop], stop
+        assert prefix_rank.tolist() == ranks[:stop], stop
+    for stop in (0, total + 1):
+        with pytest.raises(ValueError, match="stop must lie in"):
+            _whole_period(tuple(part), stop)
 
 
 @pytest.mark.parametrize("count", [30, 100, 1000])
@@ -570,6 +616,11 @@ def test_the_whole_period_at_once_at_the_longest_period(count: int) -> None:
         whole_source, whole_rank = _whole_period(each)
         assert whole_source.tolist() == sources
         assert whole_rank.tolist() == ranks
+        # Prefixes: one whose draws just fill a power of two, one just past it, others.
+        for stop in (2048, 4096 - count, 4097, 16_384, 40_000, MAX_PERIOD - 1):
+            prefix_source, prefix_rank = _whole_period(each, stop)
+            assert prefix_source.tolist() == sources[:stop], stop
+            assert prefix_rank.tolist() == ranks[:stop], stop
 
 
 def test_a_period_past_the_rounds_limit_is_computed_step_by_step(

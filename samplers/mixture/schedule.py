@@ -78,16 +78,45 @@ _FLOAT_TOLERANCE = 1e-12
 _SIMPLE_DENOMINATOR = 10**6
 
 
+_TOLERANCE_NUMERATOR, _TOLERANCE_DENOMINATOR = _FLOAT_TOLERANCE.as_integer_ratio()
+
+
 def fraction(value: float | int | Fraction) -> Fraction:
     """``value`` as the fraction it stands for (a float within 1e-12 of a fraction with a
-    denominator up to 10**6 is that fraction: ``0.6`` is ``3/5``)."""
+    denominator up to 10**6 is that fraction: ``0.6`` is ``3/5``; else the fraction its
+    shortest decimal ``repr`` writes)."""
     if isinstance(value, (int, Fraction)):
         return Fraction(value)
-    exact = Fraction(value)
-    simple = exact.limit_denominator(_SIMPLE_DENOMINATOR)
-    if abs(simple - exact) <= abs(exact) * Fraction(_FLOAT_TOLERANCE):
-        return simple
+    n, d = value.as_integer_ratio()
+    p, q = _closest(n, d, _SIMPLE_DENOMINATOR)
+    # |p / q - n / d| <= |n / d| * tolerance, in integers.
+    if abs(p * d - n * q) * _TOLERANCE_DENOMINATOR <= abs(n) * q * _TOLERANCE_NUMERATOR:
+        return Fraction(p, q)
     return Fraction(repr(value))
+
+
+def _closest(n: int, d: int, limit: int) -> tuple[int, int]:
+    """The fraction with a denominator of at most ``limit`` closest to ``n / d`` (``d > 0``,
+    in lowest terms; ties to the convergent), as ``Fraction.limit_denominator`` gives it,
+    in integers alone: the last convergent of ``n / d``'s continued fraction whose
+    denominator fits, or the semiconvergent before the next one, whichever is closer."""
+    if d <= limit:
+        return n, d
+    p0, q0, p1, q1 = 0, 1, 1, 0
+    x, y = n, d
+    while True:
+        a = x // y
+        q2 = q0 + a * q1
+        if q2 > limit:
+            break
+        p0, q0, p1, q1 = p1, q1, p0 + a * p1, q2
+        x, y = y, x - a * y
+    k = (limit - q0) // q1
+    p_semi, q_semi = p0 + k * p1, q0 + k * q1
+    # |p1 / q1 - n / d| <= |p_semi / q_semi - n / d|, cross-multiplied (denominators > 0).
+    if abs(p1 * d - n * q1) * q_semi <= abs(p_semi * d - n * q_semi) * q1:
+        return p1, q1
+    return p_semi, q_semi
 
 
 def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
@@ -184,7 +213,10 @@ class Period:
 
     def ensure(self, offset: int) -> None:
         """Compute the period's first ``offset`` positions, if not yet done: the first
-        :data:`FIRST_STEPS` steps one at a time, or the whole period at once."""
+        :data:`FIRST_STEPS` steps one at a time, beyond them a prefix at least four times
+        as long as the one done (so that a period asked for piece by piece costs at most
+        4/3 of computing it whole), the whole period once that prefix would reach past
+        half of it."""
         if offset <= self._done:
             return
         with self._lock:
@@ -198,11 +230,14 @@ class Period:
                 self._source[:stop] = block
                 self._rank[:stop] = torch.tensor(ranks, dtype=torch.int64)
             else:
-                stop = self.length
-                whole, whole_rank = _whole_period(self.parts)
-                block = whole[done:]
-                self._source[done:] = block
-                self._rank[done:] = whole_rank[done:]
+                # A multiple of CHECKPOINT, as done is, or the period's end.
+                stop = -(-max(offset, 4 * done) // CHECKPOINT) * CHECKPOINT
+                if 2 * stop > self.length:
+                    stop = self.length
+                prefix, prefix_rank = _whole_period(self.parts, stop)
+                block = prefix[done:stop]
+                self._source[done:stop] = block
+                self._rank[done:stop] = prefix_rank[done:stop]
             # Checkpoints: done is a multiple of CHECKPOINT, so are the complete blocks.
             complete = (stop - done) // CHECKPOINT
             if complete:
@@ -285,19 +320,35 @@ def _earliest_deadline_first(
     return sources, ranks
 
 
-def _whole_period(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Earliest deadline first over the whole period in ``log2(T)`` rounds of tensor
-    operations (see the module docstring): each step's source and that source's count
-    before it, the same as :func:`_earliest_deadline_first` gives."""
+def _whole_period(
+    parts: tuple[int, ...], stop: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Earliest deadline first over the period's first ``stop`` steps (default: the whole
+    period) in ``log2`` rounds of tensor operations (see the module docstring): each
+    step's source and that source's count before it, the same as
+    :func:`_earliest_deadline_first` gives.
+
+    A prefix needs only the draws released before ``stop``: a draw released later takes
+    no step before it, and whether an earlier one finds a free step before ``stop`` depends
+    only on which steps before ``stop`` the draws before it took. Those ``n`` draws take
+    exactly the first ``n`` steps (every step before ``stop`` is taken, the rest follow it
+    without a gap), the same problem on ``n`` steps: solved as the whole period is, its
+    first ``stop`` steps kept."""
     total = sum(parts)
+    stop = total if stop is None else stop
+    if not 0 < stop <= total:
+        raise ValueError(f"stop must lie in [1, {total}], got {stop}")
     if total > _WHOLE_IN_ROUNDS:
-        sources, ranks = _earliest_deadline_first(parts)
+        sources, ranks = _earliest_deadline_first(parts, stop)
         return torch.tensor(sources, dtype=torch.int64), torch.tensor(ranks, dtype=torch.int64)
-    bits = (total - 1).bit_length()
-    size = 1 << bits
     counts = torch.tensor(parts, dtype=torch.int64)
-    source = torch.repeat_interleave(torch.arange(len(parts)), counts)
-    draw = torch.arange(total) - (counts.cumsum(0) - counts).repeat_interleave(counts)
+    # Source d's draws released before stop: k * total // a_d < stop, k < ceil(stop * a_d / T).
+    before = torch.minimum(-(-stop * counts // total), counts)
+    n = int(before.sum())
+    bits = (n - 1).bit_length()
+    size = 1 << bits
+    source = torch.repeat_interleave(torch.arange(len(parts)), before)
+    draw = torch.arange(n) - (before.cumsum(0) - before).repeat_interleave(before)
     share = counts.index_select(0, source)
     release = draw * total // share
     deadline = -(-(draw + 1) * total // share) - 1
@@ -309,7 +360,7 @@ def _whole_period(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     # draw's release as a place of its row; padding draws past the period come last and
     # take their own steps, so that the rows are halves of aligned powers of two.
     released = torch.arange(size, dtype=torch.int32)
-    released[:total] = release.index_select(0, by_deadline)
+    released[:n] = release.index_select(0, by_deadline)
     arrangement = torch.arange(size, dtype=torch.int32)  # each step's place
     ones = torch.ones(size // 2, dtype=torch.int32)
     # The rounds' tensors, allocated once (fresh pages on every round cost more than the
@@ -363,8 +414,8 @@ def _whole_period(parts: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         released, next_released = next_released, released
     if not torch.equal(released, torch.arange(size, dtype=torch.int32)):
         raise RuntimeError(f"mixture schedule for parts {parts}: the rounds disagree")  # never
-    drawn_at = by_deadline.index_select(0, arrangement[:total].to(torch.int64))
-    steps = torch.arange(total)
+    drawn_at = by_deadline.index_select(0, arrangement[:stop].to(torch.int64))
+    steps = torch.arange(stop)
     early = release.index_select(0, drawn_at) > steps
     late = deadline.index_select(0, drawn_at) < steps
     if bool((early | late).any()):  # never: every draw within its window

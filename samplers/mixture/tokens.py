@@ -42,10 +42,10 @@ def sample_parts(
 
     The weights are not rounded on their own first: token weights proportional to the
     token totals give rates proportional to the sizes, exactly, whatever the totals."""
-    rates = [
-        fraction(w) * n / t if w else Fraction(0)
-        for w, n, t in zip(weights, sizes, tokens, strict=True)
-    ]
+    rates = []
+    for w, n, t in zip(weights, sizes, tokens, strict=True):
+        exact = fraction(w) if w else Fraction(0)
+        rates.append(Fraction(exact.numerator * n, exact.denominator * t) if w else exact)
     return parts(rates)
 
 
