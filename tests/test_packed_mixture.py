@@ -347,7 +347,8 @@ def test_rows_packed_in_phases_hand_phases_out_in_order_and_read_back(
     samples.sort(key=lambda sample: -sample[0])  # longest first, as a window is
     lengths = [length for length, _ in samples]
     phases = [phase for _, phase in samples]
-    rows, places, row_phases = packed_in_phases(lengths, phases, max_length)
+    packed_rows, packed_places, row_phases = packed_in_phases(lengths, phases, max_length)
+    rows, places = packed_rows.tolist(), packed_places.tolist()
     assert sorted(places) == list(range(len(samples)))
     members = [[i for i in places if rows[i] == row] for row in range(len(row_phases))]
     for held in members:

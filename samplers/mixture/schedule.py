@@ -19,8 +19,10 @@ kept, and any position follows from ``divmod(p, T)``.
 The period is computed as far as positions ask (:class:`Period`): its first
 :data:`FIRST_STEPS` steps one step at a time (:func:`_earliest_deadline_first`, so a
 position near a period's start costs only those), and, when a position lies beyond
-them, the whole period at once, in ``log2(T)`` rounds of tensor operations
-(:func:`_whole_period`). That second way gives the same schedule, because earliest
+them, a prefix at least four times as long as the one done (the whole period once that
+passes half of it), in ``log2`` rounds of tensor operations (:func:`_whole_period`). A
+prefix is the same problem over the draws released before its end. That second way gives
+the same schedule, because earliest
 deadline first is the same as taking the draws in (deadline, source) order and giving
 each the first step at or after its release that no draw before it in that order took
 (a draw only ever waits for draws due before it). Which steps a set of draws takes that

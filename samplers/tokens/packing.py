@@ -114,47 +114,57 @@ def _fill(
 
 
 def packed_in_phases(
-    lengths: Sequence[int], phases: Sequence[int], max_length: int
-) -> tuple[list[int], list[int], list[int]]:
+    lengths: Sequence[int] | torch.Tensor, phases: Sequence[int] | torch.Tensor, max_length: int
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """A window's samples (sorted longest first) packed phase by phase: each phase ``k >=
     0`` best-fit decreasing on its own, into rows after the phase before's and into the
     last row opened before it (handed out right before them, so its samples still come
     first), then the free samples (phase -1) best-fit into every row left open and into
     rows of their own.
 
-    Returns each sample's row, its place in the packing (rows hold their samples in that
-    order: a row's earlier phases' samples, then later ones', then free ones), and each
-    row's phase (the one it was opened in; -1 for the free samples' own rows). Rows come
-    in the order they were opened: a phase's rows before the next one's, so handing the
-    rows out in that order hands out each phase before the next;
+    Returns each sample's row and its place in the packing (int64 tensors; rows hold
+    their samples in that order: a row's earlier phases' samples, then later ones', then
+    free ones), and each row's phase (the one it was opened in; -1 for the free samples'
+    own rows). Rows come in the order they were opened: a phase's rows before the next
+    one's, so handing the rows out in that order hands out each phase before the next;
     and a row's first sample fits into no row before it, in that order."""
-    members: dict[int, list[int]] = {}
-    for number, phase in enumerate(phases):
-        members.setdefault(phase, []).append(number)
-    rows = [0] * len(lengths)
-    places: list[int] = []
+    marks = torch.as_tensor(phases, dtype=torch.int64)
+    count = marks.numel()
+    # The samples phase by phase (0, 1, ...), the free ones last, each phase's in the
+    # window's order: the packing's places.
+    last_key = int(marks.max()) + 1 if count else 0
+    keys = torch.where(marks < 0, last_key, marks)
+    places = torch.argsort(keys, stable=True)
+    grouped, sizes = torch.unique_consecutive(keys.index_select(0, places), return_counts=True)
+    values: list[int] = torch.as_tensor(lengths, dtype=torch.int64)[places].tolist()
+    groups = [
+        (-1 if key == last_key else key, size)
+        for key, size in zip(grouped.tolist(), sizes.tolist(), strict=True)
+    ]
+    if not groups or groups[-1][0] >= 0:
+        groups.append((-1, 0))  # no free samples: the open rows still close here
+    found: list[int] = []  # each sample's row, in the packing's order
     row_phases: list[int] = []
     left: list[int] = []  # the rooms of the phases' rows, for the free samples
     last: list[int] = []  # the room of the last row opened, while open
     opened = 0
-    for phase in [*sorted(k for k in members if k >= 0), -1]:
-        group = members.get(phase, [])
+    start = 0
+    for phase, size in groups:
         room = list(last) if phase >= 0 else left
         if phase < 0:
             for key in last:
                 bisect.insort(left, key)
-        found: list[int] = []
         before = opened
-        opened = _fill([lengths[i] for i in group], max_length, room, opened, found)
+        opened = _fill(values[start : start + size], max_length, room, opened, found)
+        start += size
         row_phases += [phase] * (opened - before)
-        for number, row in zip(group, found, strict=True):
-            rows[number] = row
-        places += group
         if phase >= 0:
             last = [key for key in room if key & (_SHIFT - 1) == opened - 1]
             for key in room:
                 if key not in last:
                     bisect.insort(left, key)
+    rows = torch.empty(count, dtype=torch.int64)
+    rows[places] = torch.tensor(found, dtype=torch.int64)
     return rows, places, row_phases
 
 
@@ -231,7 +241,7 @@ class PackedOrder(TokenOrder):
         phases: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
         if phases is not None and bool((phases >= 0).any()):
-            return self._phased_batches(lengths, phases.tolist(), count)
+            return self._phased_batches(lengths, phases, count)
         window = self.window
         values: list[int] = lengths.tolist()
         # Each sample's row, numbered across the chunk (a window's rows after the last's).
@@ -259,14 +269,13 @@ class PackedOrder(TokenOrder):
         return arranged, lengths[arranged], starts[batch_start]
 
     def _phased_batches(
-        self, lengths: torch.Tensor, marks: list[int], count: int
+        self, lengths: torch.Tensor, marks: torch.Tensor, count: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_batches` of windows with phases (``marks``, as sorted): each window
         packed by :func:`packed_in_phases`, its rows in the order opened (phase after
         phase, the free rows last), every ``rows_per_batch`` of them a batch. A batch
         begins at a row's first sample: a phase's, but in the free rows, which come last
         (so a batch whose first sample is free holds no phase's sample)."""
-        values: list[int] = lengths.tolist()
         row = torch.empty(count, dtype=torch.int64)  # each sample's row, across the chunk
         place = torch.arange(count, dtype=torch.int64)  # its place in its row's packing
         begins: list[bool] = []  # each row: whether it begins a batch
@@ -274,10 +283,10 @@ class PackedOrder(TokenOrder):
         for low in range(0, count, self.window):
             high = min(low + self.window, count)
             numbers, places, row_phases = packed_in_phases(
-                values[low:high], marks[low:high], self.max_length
+                lengths[low:high], marks[low:high], self.max_length
             )
-            place[low:high] = torch.tensor(places, dtype=torch.int64).argsort() + low
-            row[low:high] = torch.tensor(numbers, dtype=torch.int64) + opened
+            place[low:high] = places.argsort() + low
+            row[low:high] = numbers + opened
             begins += [at % self.rows_per_batch == 0 for at in range(len(row_phases))]
             opened += len(row_phases)
         # Rows in the order opened (phase after phase, the free rows last), each row's
