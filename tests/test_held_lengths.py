@@ -4,6 +4,7 @@ under it (:mod:`samplers.tokens.held`)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import pickle
 import threading
 import warnings
@@ -12,6 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import samplers.tokens.held as held
 import samplers.tokens.order as token_order
@@ -454,6 +457,32 @@ def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
     values[5], values[0] = 3, 9  # the sum and the longest kept, parts 0 and 2 moved
     with pytest.raises(RuntimeError, match=r"part 0 \(samples 0 to 3\) summed to 8, now 14"):
         lengths.owned()
+
+
+@given(
+    st.lists(st.integers(0, 2**15 - 1), max_size=60),
+    st.lists(st.integers(0, 60), max_size=6),
+    st.sampled_from([torch.int16, torch.int32, torch.int64]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_parts_are_summed_in_one_call_as_part_by_part(
+    values: list[int], ends: list[int], dtype: torch.dtype, strided: bool, with_numpy: bool
+) -> None:
+    """Each part's sum, read in one numpy call (parts empty, ending before the lengths
+    do, a strided tensor, any dtype), is the sum of its lengths; without numpy too."""
+    lengths = torch.tensor([v for v in values for _ in range(2 if strided else 1)], dtype=dtype)
+    if strided:
+        lengths = lengths[::2]
+    bounds = tuple(sorted(min(e, len(values)) for e in ends))
+    longest = max(values, default=0)
+    expected = tuple(sum(values[a:b]) for a, b in itertools.pairwise((0, *bounds)))
+    original = held.numpy
+    held.numpy = original if with_numpy else None
+    try:
+        assert held._part_sums(lengths, bounds, longest) == expected
+    finally:
+        held.numpy = original
 
 
 @pytest.mark.parametrize("longest", [None, 2**62])

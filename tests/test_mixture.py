@@ -153,6 +153,18 @@ def test_the_closest_fraction_is_limit_denominators(n: int, d: int, limit: int) 
     )
 
 
+@pytest.mark.parametrize("denominator", [MAX_PERIOD - 1, MAX_PERIOD, MAX_PERIOD + 1])
+def test_parts_are_exact_up_to_the_longest_period_and_rounded_past_it(denominator: int) -> None:
+    """The shares' common denominator is found up to MAX_PERIOD (the search stops once it
+    passes it): exact parts at MAX_PERIOD, rounded ones just above."""
+    weights = [Fraction(1, denominator), Fraction(denominator - 1, denominator), 0.0]
+    if denominator <= MAX_PERIOD:
+        assert parts(weights) == (1, denominator - 1, 0)
+    else:
+        rounded = parts(weights)
+        assert sum(rounded) == MAX_PERIOD and rounded[0] == 1 and rounded[2] == 0
+
+
 def test_parts_round_a_large_denominator_keeping_every_positive_weight() -> None:
     weights = [0.5, 1e-9, 0.123456789, 0.376543211 - 1e-9]
     rounded = parts(weights)
@@ -525,6 +537,33 @@ def test_a_pass_is_the_same_however_its_draws_are_grouped() -> None:
     together = order.within(source, draws).tolist()
     assert together == [alone[d, q][j] for d, q, j in mixed]
     assert alone[6, 0] != alone[6, 1]  # passes differ
+
+
+@pytest.mark.parametrize("scalar_walk", [0, 1, 64, 10**9])
+def test_the_cycle_walk_ends_the_same_in_python_integers(
+    scalar_walk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct call finishes the cycle walk of its last few elements in Python integers
+    (_SCALAR_WALK of them or fewer): the same samples as walking every step in tensors,
+    whatever the threshold, for sources just past a power of two (long walks), of one
+    sample, and past 2**32 samples, and for passes past 2**32."""
+    sizes = (1, 2, 5, 17, 129, 1025, (1 << 16) + 1, (1 << 33) + 7)
+    generator = torch.Generator().manual_seed(3)
+    source = torch.randint(0, len(sizes), (3000,), generator=generator)
+    size = torch.tensor(sizes).index_select(0, source)
+    item = (torch.rand(3000, generator=generator, dtype=torch.float64) * size).long()
+    passes = torch.randint(0, 2**40, (3000,), generator=generator)
+    orders = samplers.mixture.passes.Passes(sizes, 11)
+    monkeypatch.setattr(samplers.mixture.passes, "_SCALAR_WALK", 0)
+    in_tensors = orders._direct(source, passes, item)
+    monkeypatch.setattr(samplers.mixture.passes, "_SCALAR_WALK", scalar_walk)
+    assert torch.equal(orders._direct(source, passes, item), in_tensors)
+    assert bool((in_tensors < size).all())
+    # Each pass of a source walked whole is still a permutation of it.
+    for d in (4, 5):
+        whole = torch.arange(sizes[d])
+        got = orders._direct(torch.full_like(whole, d), torch.full_like(whole, 2**33), whole)
+        assert sorted(got.tolist()) == list(range(sizes[d]))
 
 
 @pytest.mark.parametrize(

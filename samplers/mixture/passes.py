@@ -46,6 +46,9 @@ TABLED_MIN = 1 << 12
 _TABLE_BITS = 16
 #: A call touching more ``(source, pass)`` groups than this is evaluated directly.
 _MAX_GROUPS = 4096
+#: A cycle walk down to this many elements finishes in Python integers
+#: (:meth:`Passes._walk_scalar`): cheaper than a round of tensor operations for them.
+_SCALAR_WALK = 64
 #: The tables kept hold at most this many entries per round (int64: 8 MB for all rounds);
 #: past it they are rebuilt for the groups of the call at hand.
 TABLE_BUDGET = 1 << 17
@@ -252,6 +255,9 @@ class Passes:
         walking = (result >= size).nonzero()[:, 0]
         count = walking.numel()
         while count:
+            if count <= _SCALAR_WALK:
+                self._walk_scalar(result, walking, round_keys_, halves, size)
+                break
             keys_now = [k.index_select(0, walking) for k in round_keys_]
             high_now, low_now = (h.index_select(0, walking) for h in halves)
             value = self._network(result.index_select(0, walking), keys_now, high_now, low_now)
@@ -261,6 +267,31 @@ class Passes:
             )
             count = walking.numel()
         return result
+
+    @staticmethod
+    def _walk_scalar(
+        result: torch.Tensor,
+        walking: torch.Tensor,
+        keys: list[torch.Tensor],
+        halves: tuple[torch.Tensor, torch.Tensor],
+        size: torch.Tensor,
+    ) -> None:
+        """The last steps of the cycle walk of a few elements (``walking``, indices into
+        ``result``) in Python integers, written back into ``result``: the same rounds as
+        :meth:`_network` (the round function gives the same values on ints), without
+        a dozen tensor operations per step for a handful of values."""
+        columns = [result, size, *halves, *keys]
+        rows = zip(*(c.index_select(0, walking).tolist() for c in columns), strict=True)
+        walked = []
+        for value, bound, high, low, *element_keys in rows:
+            while value >= bound:
+                masks = ((1 << high) - 1, (1 << low) - 1)
+                left, right = value >> low, value & masks[1]
+                for r, key in enumerate(element_keys):
+                    left, right = right, left ^ (_round_function(key, right) & masks[r % 2])
+                value = (left << low) | right
+            walked.append(value)
+        result.index_copy_(0, walking, torch.tensor(walked, dtype=result.dtype))
 
     @staticmethod
     def _network(

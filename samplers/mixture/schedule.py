@@ -46,6 +46,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 
 import torch
@@ -94,7 +95,7 @@ def fraction(value: float | int | Fraction) -> Fraction:
     # |p / q - n / d| <= |n / d| * tolerance, in integers.
     if abs(p * d - n * q) * _TOLERANCE_DENOMINATOR <= abs(n) * q * _TOLERANCE_NUMERATOR:
         return Fraction(p, q)
-    return Fraction(repr(value))
+    return Fraction(*Decimal(repr(value)).as_integer_ratio())
 
 
 def _closest(n: int, d: int, limit: int) -> tuple[int, int]:
@@ -143,7 +144,11 @@ def parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     denominator = math.lcm(*(f.denominator for f in fractions))
     numerators = [f.numerator * (denominator // f.denominator) for f in fractions]
     total = sum(numerators)
-    common = math.lcm(*(total // math.gcd(n, total) for n in numerators))
+    common = 1  # the shares' common denominator, or past MAX_PERIOD (floats: huge ones)
+    for n in numerators:
+        common = math.lcm(common, total // math.gcd(n, total))
+        if common > MAX_PERIOD:
+            break
     if common <= MAX_PERIOD:
         exact = [n * common // total for n in numerators]
         divisor = math.gcd(*exact)

@@ -219,10 +219,24 @@ class HeldLengths:
 
 def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...], longest: int) -> tuple[int, ...]:
     """The exact sum of each part of ``lengths``: ``[0, parts[0])``, ``[parts[0],
-    parts[1])``, ... (``longest`` the largest length)."""
-    return tuple(
-        length_sum(lengths[a:b], longest=longest) for a, b in itertools.pairwise((0, *parts))
-    )
+    parts[1])``, ... (``longest`` the largest length; ``parts`` non-decreasing, at most
+    the lengths' count). In one numpy call when numpy is installed and no sum of the
+    lengths can pass int64; else part by part."""
+    size = lengths.numel()
+    if numpy is None or not parts or longest * size >= 2**63:
+        return tuple(
+            length_sum(lengths[a:b], longest=longest) for a, b in itertools.pairwise((0, *parts))
+        )
+    ends = numpy.array(parts, dtype=numpy.int64)
+    starts = numpy.concatenate(([0], ends[:-1]))
+    nonempty = starts < ends
+    sums = numpy.zeros(len(parts), dtype=numpy.int64)
+    if nonempty.any():
+        # Each part runs to the next nonempty one's start; the last to ``parts[-1]``.
+        at = numpy.append(starts[nonempty], ends[-1]) if ends[-1] < size else starts[nonempty]
+        reduced = numpy.add.reduceat(lengths.numpy(), at, dtype=numpy.int64)
+        sums[nonempty] = reduced[: int(nonempty.sum())]
+    return tuple(sums.tolist())
 
 
 def copy_dtype(longest: int) -> torch.dtype:
