@@ -175,6 +175,15 @@ class IgnoresSeed(Strided):
         return torch.randperm(self.size, generator=generator).tolist()
 
 
+class Seed32(Strided):
+    """Keeps its seed in 32 bits (as ``numpy.random.seed`` must): seeds ``2**32`` apart
+    give one order."""
+
+    def order(self) -> list[int]:
+        generator = torch.Generator().manual_seed((self.seed + self.epoch) % 2**32)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+
 class StaleAfterResume(CountingResume):
     """Resumes the epoch right, but keeps skipping in the epochs after it."""
 
@@ -326,6 +335,10 @@ def wrong_handles_every_size(dataset: Any, num_replicas: int, rank: int, seed: i
 
 def wrong_seed_changes_order(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
     return IgnoresSeed(dataset, num_replicas, rank, seed)
+
+
+def seed_32(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:
+    return Seed32(dataset, num_replicas, rank, seed)
 
 
 def replays_after_epoch_end(dataset: Any, num_replicas: int, rank: int, seed: int) -> Any:

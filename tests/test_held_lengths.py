@@ -465,24 +465,31 @@ def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
     st.sampled_from([torch.int16, torch.int32, torch.int64]),
     st.booleans(),
     st.booleans(),
+    st.sampled_from([1, 3, 7, 2**20]),
 )
 def test_the_parts_are_summed_in_one_call_as_part_by_part(
-    values: list[int], ends: list[int], dtype: torch.dtype, strided: bool, with_numpy: bool
+    values: list[int],
+    ends: list[int],
+    dtype: torch.dtype,
+    strided: bool,
+    with_numpy: bool,
+    chunk: int,
 ) -> None:
-    """Each part's sum, read in one numpy call (parts empty, ending before the lengths
-    do, a strided tensor, any dtype), is the sum of its lengths; without numpy too."""
+    """Each part's sum, read in a numpy call per chunk (parts empty, ending before the
+    lengths do, across chunks, a strided tensor, any dtype), is the sum of its lengths;
+    without numpy too."""
     lengths = torch.tensor([v for v in values for _ in range(2 if strided else 1)], dtype=dtype)
     if strided:
         lengths = lengths[::2]
     bounds = tuple(sorted(min(e, len(values)) for e in ends))
     longest = max(values, default=0)
     expected = tuple(sum(values[a:b]) for a, b in itertools.pairwise((0, *bounds)))
-    original = held.numpy
-    held.numpy = original if with_numpy else None
+    original, original_chunk = held.numpy, held._SUM_CHUNK
+    held.numpy, held._SUM_CHUNK = (original if with_numpy else None), chunk
     try:
         assert held._part_sums(lengths, bounds, longest) == expected
     finally:
-        held.numpy = original
+        held.numpy, held._SUM_CHUNK = original, original_chunk
 
 
 @pytest.mark.parametrize("longest", [None, 2**62])

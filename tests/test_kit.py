@@ -35,7 +35,8 @@ HOLDERS = {
     "exactly-once": kit_samplers.ours_uneven,
     "no-tiny-batch": kit_samplers.ours_batches_pad,
     "reshuffles-with-set-epoch": kit_samplers.ours_uneven,
-    "seed-changes-order": kit_samplers.ours_uneven,
+    # torch's generator keeps 32 bits of the seed: the randperm samplers repeat at 2**32.
+    "seed-changes-order": peers.ours_feistel,
     "deterministic": kit_samplers.ours_uneven,
     "resumes-same-world-size": kit_samplers.ours_batches_pad,
     "resumes-other-world-size": kit_samplers.ours_uneven,
@@ -226,6 +227,11 @@ def test_the_plain_functions_work_in_a_user_s_own_test() -> None:
         if name == "within-budget":  # an index sampler has no budget to keep
             with pytest.raises(kit.Unsupported, match="no lengths"):
                 function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
+            continue
+        if name == "seed-changes-order":  # randperm, as torch's, keeps 32 bits of the seed
+            with pytest.raises(AssertionError, match="seeds 0 and 4294967296 give every rank"):
+                function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
+            function(peers.ours_feistel, kit.Configuration(dataset_size=10, world_size=5))
             continue
         function(kit_samplers.ours_uneven, kit.Configuration(dataset_size=10, world_size=5))
     kit.exactly_once(kit_samplers.ours_uneven, config)
@@ -439,6 +445,20 @@ def test_the_matrix_finds_samplers_that_raise_for_valid_sizes_or_ignore_their_se
     assert rounded.holds is False and rounded.counterexample is not None
     assert rounded.counterexample["dataset_size"] == 0
     assert "ZeroDivisionError" in rounded.counterexample["what"]
+
+
+def test_the_kit_finds_a_seed_kept_in_32_bits() -> None:
+    """Seeds 2**32 apart: a sampler keeping its seed in 32 bits gives one order for both,
+    though seeds 1 apart differ. So does the stock sampler: torch's CPU generator keeps the
+    seed's low 32 bits."""
+    result = kit.check_guarantee(kit_samplers.seed_32, "seed-changes-order")
+    assert result.holds is False and result.counterexample is not None
+    seed = result.counterexample.get("seed", 0)
+    assert f"seeds {seed} and {seed + 2**32} give every rank" in result.counterexample["what"]
+    assert "32 bits" in result.experience
+    stock_result = kit.check_guarantee(stock, "seed-changes-order")
+    assert stock_result.holds is False and stock_result.counterexample is not None
+    assert "4294967296 give every rank the same order" in stock_result.counterexample["what"]
 
 
 def test_the_committed_matrix_shows_what_its_claim_says() -> None:

@@ -351,26 +351,30 @@ def reshuffles_with_set_epoch(factory: Factory, configuration: Configuration) ->
 
 @guarantee("seed-changes-order", "different seeds give different orders (a shuffling sampler)")
 def seed_changes_order(factory: Factory, configuration: Configuration) -> None:
-    """Seeds ``seed`` and ``seed + 1`` give different orders (checked when the epoch yields
-    at least :data:`RESHUFFLE_MIN_DISTINCT` distinct indices)."""
+    """Seeds ``seed + 1`` and ``seed + 2**32`` each give a different order from ``seed``
+    (a seed kept in 32 bits repeats at ``seed + 2**32``; checked when the epoch yields at
+    least :data:`RESHUFFLE_MIN_DISTINCT` distinct indices)."""
     if not takes(factory, "seed"):
         raise Unsupported("the factory takes no seed")
+    seed = configuration.seed
     orders = []
-    for seed in (configuration.seed, configuration.seed + 1):
+    for each in (seed, seed + 1, seed + 2**32):
         samplers = [
-            build(factory, configuration, rank, seed=seed)
+            build(factory, configuration, rank, seed=each)
             for rank in range(configuration.world_size)
         ]
         _shuffling(samplers)
         orders.append(_order(samplers, configuration.epoch))
-    _differ(
-        orders[0],
-        orders[1],
-        configuration,
-        f"seeds {configuration.seed} and {configuration.seed + 1}",
-        "runs meant to differ (seeds of an ensemble, repeated trials) see the data in the "
-        "same order",
-    )
+    for other, order in zip((seed + 1, seed + 2**32), orders[1:], strict=True):
+        _differ(
+            orders[0],
+            order,
+            configuration,
+            f"seeds {seed} and {other}",
+            "runs meant to differ (seeds of an ensemble, repeated trials) see the data in the "
+            "same order"
+            + ("" if other == seed + 1 else " (the seed is kept in 32 bits: 2**32 apart)"),
+        )
 
 
 def _order(samplers: Sequence[object], epoch: int) -> list[list[Any]]:

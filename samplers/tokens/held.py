@@ -220,8 +220,9 @@ class HeldLengths:
 def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...], longest: int) -> tuple[int, ...]:
     """The exact sum of each part of ``lengths``: ``[0, parts[0])``, ``[parts[0],
     parts[1])``, ... (``longest`` the largest length; ``parts`` non-decreasing, at most
-    the lengths' count). In one numpy call when numpy is installed and no sum of the
-    lengths can pass int64; else part by part."""
+    the lengths' count). With numpy, and when no sum of the lengths can pass int64, one
+    numpy call per chunk of :data:`_SUM_CHUNK` lengths (each cast to int64 alone); else
+    part by part."""
     size = lengths.numel()
     if numpy is None or not parts or longest * size >= 2**63:
         return tuple(
@@ -229,13 +230,17 @@ def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...], longest: int) -> t
         )
     ends = numpy.array(parts, dtype=numpy.int64)
     starts = numpy.concatenate(([0], ends[:-1]))
-    nonempty = starts < ends
+    end = int(ends[-1])
+    # Cut where each part and each chunk starts: every piece lies in one part and one chunk.
+    cuts = numpy.union1d(starts[starts < ends], numpy.arange(0, end, _SUM_CHUNK))
+    pieces = numpy.zeros(len(cuts), dtype=numpy.int64)
+    values = lengths.numpy()
+    for lo in range(0, end, _SUM_CHUNK):
+        a, b = numpy.searchsorted(cuts, (lo, lo + _SUM_CHUNK))
+        chunk = values[lo : min(lo + _SUM_CHUNK, end)]
+        pieces[a:b] = numpy.add.reduceat(chunk, cuts[a:b] - lo, dtype=numpy.int64)
     sums = numpy.zeros(len(parts), dtype=numpy.int64)
-    if nonempty.any():
-        # Each part runs to the next nonempty one's start; the last to ``parts[-1]``.
-        at = numpy.append(starts[nonempty], ends[-1]) if ends[-1] < size else starts[nonempty]
-        reduced = numpy.add.reduceat(lengths.numpy(), at, dtype=numpy.int64)
-        sums[nonempty] = reduced[: int(nonempty.sum())]
+    numpy.add.at(sums, numpy.searchsorted(ends, cuts, side="right"), pieces)
     return tuple(sums.tolist())
 
 
