@@ -191,12 +191,12 @@ class SamplerCore(ABC):
             )
             if epoch != epoch_before:
                 self.epoch = epoch
-            plan = self._plan_from(start)
-            iterator = self._new_iterator(plan)
+            iterator = self._new_iterator(self._plan_from(start))
         except BaseException:
             self.epoch = epoch_before
             raise
         iterator.reader = loader_progress.reader_of(loader, self)
+        loader_progress.watch_reset(loader, iterator)
         iterator.pipeline = loader is None and loader_progress.find_pipeline()
         if loader is not None:
             iterator.loader = weakref.ref(loader)
@@ -318,9 +318,9 @@ class SamplerCore(ABC):
     def _saved(
         self, consumed: int | None, batch_size: int | None = None, *, ahead_ok: bool = False
     ) -> state.Saved:
-        """The progress a state records (see :meth:`state_dict`); ``ahead_ok``: what a
-        ``torchdata.nodes`` pipeline handed out, for internal use, where the state is
-        otherwise refused to all but the pipeline."""
+        """The progress a state records (see :meth:`state_dict`); ``ahead_ok``, for the
+        sampler's own use: a ``torchdata.nodes`` pipeline's (else refused), and the loop's
+        progress even within a DataLoader's ``iter()`` (not its snapshot's)."""
         pending = self._book.pending
         iterator = self._iterator
         ambiguous = self._ambiguous  # two iterations in progress: either's state would do
@@ -358,15 +358,15 @@ class SamplerCore(ABC):
         if consumed is not None:
             rank = checks.as_int("rank", self.rank)
             loader_progress.check_steps(self, rank, consumed, iterator, batch_size)
-        steps, ended = self._progress(iterator, consumed, strict=not ahead_ok)
+        steps, ended = self._progress(iterator, consumed, internal=ahead_ok)
         position = layout.position_after(steps)
         return state.Saved(plan.epoch, plan.seed, position, ended or position >= layout.stop)
 
     def _progress(
-        self, iterator: Progress[Any], consumed: int | None, *, strict: bool = True
+        self, iterator: Progress[Any], consumed: int | None, *, internal: bool = False
     ) -> tuple[int, bool]:
         """(items this rank's loop consumed of the iteration, whether the loop ended)."""
-        return loader_progress.loop_received(iterator, self, consumed, strict=strict)
+        return loader_progress.loop_received(iterator, self, consumed, internal=internal)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict`` (saved by any rank of a run of any world size).

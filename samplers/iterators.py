@@ -76,6 +76,10 @@ class Progress(ABC, Generic[_Item]):
     #: The torch DataLoader iterator's attributes when one reads this iterator (see
     #: :mod:`samplers.loader_progress`); never pickled.
     reader: dict[str, Any] | None
+    #: The batches that DataLoader iterator had yielded when it began another iteration
+    #: of its own (a persistent workers' iterator, which zeroes its count then), or
+    #: ``None`` while it has not (see :func:`samplers.loader_progress.watch_reset`).
+    yielded_at_reset: int | None
     #: Called with the layout once the iterator is exhausted; never pickled.
     at_end: Callable[[Layout], None] | None
     #: The DataLoader iterator that began this iteration, if any and still alive (a weak
@@ -127,6 +131,7 @@ class Progress(ABC, Generic[_Item]):
         self.started = started
         self.exhausted = exhausted
         self.reader = None
+        self.yielded_at_reset = None
         self.at_end = None
         self.loader = _nobody
         self.mover = _nobody
@@ -340,12 +345,15 @@ def handed_out_all(iterator: Progress[Any]) -> bool:
 def take_over(iterator: Progress[Any], fresh: Progress[Any]) -> None:
     """``iterator`` re-planned in place to what ``fresh`` (a new iteration, not yet
     advanced) hands out, still the iterator of whoever holds it: its chain, reader,
-    loader, mover and pipeline flag kept, every other attribute ``fresh``'s."""
+    loader, mover, pipeline flag and count at a reset kept, every other attribute
+    ``fresh``'s."""
     feed = iterator._feed  # bound to ``iterator``: it feeds the chain ``iterator`` is
     kept = iterator.reader, iterator.loader, iterator.mover, iterator.pipeline
+    reset = iterator.yielded_at_reset
     stale = set(iterator.__dict__) - set(fresh.__dict__)
     iterator.__dict__.update(fresh.__dict__)  # every attribute there at every moment
     for name in stale:  # nothing of the old plan stays (a cached count, say)
         del iterator.__dict__[name]
     iterator._feed = feed
     iterator.reader, iterator.loader, iterator.mover, iterator.pipeline = kept
+    iterator.yielded_at_reset = reset

@@ -17,6 +17,14 @@ attributes torch's DataLoader iterators have had since torch 1.x (``_num_yielded
 ``_index_sampler``); a DataLoader without them is not recognised, and the sampler's own
 count is used.
 
+A DataLoader with ``persistent_workers=True`` keeps one iterator and, at the next
+``iter(loader)``, zeroes its count before it asks a sampler it batches itself (``sampler=``)
+for the next iteration: that ``iter()`` comes from the ``BatchSampler`` generator it has
+just made, after the reset. So :func:`watch_reset` watches the generator feeding the
+iteration (which the reset drops, in the same statement, before it zeroes the count) and
+keeps the count the loop had received at that moment (``yielded_at_reset``), which then
+stands for what the loop received of the iteration.
+
 torchdata's ``StatefulDataLoader`` is a reader too, read differently: it asks the sampler
 for its state itself while it fetches ahead (its snapshots pair the sampler's state with
 how many batches it fetched), and after a restore its counts start from the restored
@@ -53,7 +61,8 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from types import CodeType
+import weakref
+from types import CodeType, GeneratorType
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import BatchSampler
@@ -89,6 +98,7 @@ __all__ = [
     "restored_finished",
     "stateful_progress",
     "unit_of",
+    "watch_reset",
 ]
 
 #: How many frames above ``iter()`` a DataLoader iterator may be: the sampler's
@@ -252,19 +262,54 @@ def _in_order(kind: type) -> bool:
     )
 
 
+def watch_reset(loader: object | None, iterator: Progress[Any]) -> None:
+    """Keep in ``iterator.yielded_at_reset`` the batches torch's DataLoader iterator
+    ``loader`` had yielded when it drops the generator that feeds it ``iterator`` (a
+    ``BatchSampler``'s, made by the DataLoader): a persistent workers' iterator dropping
+    it for its next iteration, right before it zeroes that count. Nothing to watch when
+    ``loader``'s counts are not the loop's (``iterator.reader`` is ``None``), when it
+    reads the sampler itself (a batch sampler: its next ``iter()`` comes before the
+    count is zeroed) or when it is not torch's (torchdata's counts are read otherwise).
+    """
+    if iterator.reader is None or type(loader) not in _READERS:
+        return
+    feeding = loader.__dict__.get("_sampler_iter")
+    # A generator (its BatchSampler's) feeds it; else it iterates a batch sampler itself,
+    # and ``feeding`` is an iteration the sampler has replaced, dropped in a moment.
+    if isinstance(feeding, GeneratorType):
+        watch = weakref.finalize(feeding, _keep_count, weakref.ref(iterator))
+        watch.atexit = False
+
+
+def _keep_count(iterator_ref: weakref.ref[Progress[Any]]) -> None:
+    """:func:`watch_reset`'s callback: the count the iterator's reader holds now."""
+    iterator = iterator_ref()
+    reader = None if iterator is None else iterator.reader
+    if iterator is not None and reader is not None:
+        count = reader.get("_num_yielded")
+        if isinstance(count, int):
+            iterator.yielded_at_reset = count
+
+
 def loop_progress(
-    reader: dict[str, Any], sampler: object, count: int, ahead: int = 0
+    reader: dict[str, Any],
+    sampler: object,
+    count: int,
+    ahead: int = 0,
+    yielded: int | None = None,
 ) -> LoopProgress | None:
     """What the loop reading ``sampler`` through the DataLoader iterator ``reader`` has
     received of an iteration of ``count`` items, or ``None`` if it cannot be told;
-    ``ahead``: batches yielded but held by a wrapper (:func:`held_ahead`).
+    ``ahead``: batches yielded but held by a wrapper (:func:`held_ahead`); ``yielded``:
+    the batches it had yielded when it began another iteration (:func:`watch_reset`),
+    if it has, for its count now is the other iteration's.
 
     Received items are counted as the DataLoader counts them (batches times the batch size
     for an index sampler, even when the last batch was smaller), which is the count every
     rank agrees on at the same step.
     """
     unit = unit_of(reader, sampler)
-    batches = reader.get("_num_yielded")
+    batches = reader.get("_num_yielded") if yielded is None else yielded
     if unit is None or not isinstance(batches, int):
         return None
     batches = max(batches - ahead, 0)
@@ -344,7 +389,12 @@ def check_steps(
 
 
 def loop_received(
-    iterator: Progress[Any], sampler: object, consumed: int | None, *, strict: bool = True
+    iterator: Progress[Any],
+    sampler: object,
+    consumed: int | None,
+    *,
+    strict: bool = True,
+    internal: bool = False,
 ) -> tuple[int, bool]:
     """What the loop reading ``iterator``, an iteration of ``sampler``, has received of it
     (in the sampler's items) and whether it received all of it: ``consumed`` when the
@@ -352,7 +402,11 @@ def loop_received(
     Ray wrapper holds ahead), else what ``iterator`` handed out. A ``ValueError`` for a
     ``consumed`` above what was handed out, and (``strict``, for a state) for a DataLoader
     that yields out of order (no position of the epoch is what its loop received before
-    the epoch's end)."""
+    the epoch's end). ``internal``: the sampler asks for itself (weights set in a loop
+    apply from the loop's progress), so a ``StatefulDataLoader`` on the call stack is
+    starting an iteration, not taking its snapshot (which records what was handed out),
+    and nothing is refused."""
+    strict = strict and not internal
     if consumed is not None:
         taken = iterator.taken
         if consumed > taken and not iterator.exhausted:
@@ -369,11 +423,11 @@ def loop_received(
     if reader is not None and is_stateful(reader):
         # torchdata's StatefulDataLoader: its own snapshots take what was handed out;
         # the loop is told what it received.
-        if asked_by_loader(3):
+        if not internal and asked_by_loader(3):
             return iterator.taken, iterator.exhausted
         progress = stateful_progress(reader, sampler, iterator.count, iterator.taken, ahead)
     elif reader is not None:
-        progress = loop_progress(reader, sampler, iterator.count, ahead)
+        progress = loop_progress(reader, sampler, iterator.count, ahead, iterator.yielded_at_reset)
     if progress is None:
         progress = iterator.taken, iterator.exhausted
     if strict and reader is not None and out_of_order(reader) and not progress[1]:

@@ -195,7 +195,7 @@ def make_loader(kind: str, loader: str, sampler: Any) -> Any:
     )
     if loader.endswith("2 workers"):
         options["num_workers"] = 2
-    if loader == "torch persistent":
+    if loader.endswith("persistent"):
         options.update(num_workers=2, persistent_workers=True)
     if loader.startswith("stateful"):
         from torchdata.stateful_dataloader import StatefulDataLoader

@@ -20,6 +20,10 @@ without its fix).
    empty, pass after pass).
 5. :func:`samplers.gather_unsharded` checks ``dst`` and ``local_results`` before the
    collective.
+6. A mixture's ``set_weights`` in a loop then left, the loader iterated again: the next
+   iteration continues from the loop's step through every loader, persistent workers
+   (whose iterator zeroes its count before it asks the sampler again) and
+   ``StatefulDataLoader`` with workers (whose ``iter()`` is no snapshot) included.
 """
 
 from __future__ import annotations
@@ -165,6 +169,54 @@ def test_weights_set_after_iter_loader_apply_in_that_iterator(kind: str) -> None
     assert _drain(kind, late_samplers, lambda s: None, early=True) == _drain(
         kind, first_samplers, lambda s: None, early=True
     )
+
+
+def _left_and_reweighted(kind: str, loader: str | None, steps: int) -> list[Any]:
+    """One rank's loop over a ``loader`` of ``kind`` (``None``: over the sampler itself, a
+    step :data:`composition.BATCH` indices for an index sampler) left after ``steps``
+    steps with ``set_weights([1, 3])`` set in it, then iterated again: the indices each
+    part received, and the sampler's state after them."""
+    (sampler,) = _ranks(kind, 1)
+    source = sampler if loader is None else composition.make_loader(kind, loader, sampler)
+    batched = loader is not None or kind in composition.BATCHED
+    iterator = iter(source)
+    head = [next(iterator) for _ in range(steps if batched else steps * composition.BATCH)]
+    with pytest.warns(SamplerWarning, match="set_weights during an iteration"):
+        sampler.set_weights([1, 3])
+    del iterator  # the loop is left
+    rest = list(iter(source))
+    if batched:
+        return [_items(head), _items(rest), sampler.state_dict()]
+    return [head, rest, sampler.state_dict()]
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        "torch",
+        "torch 2 workers",
+        "torch persistent",
+        "stateful",
+        "stateful 2 workers",
+        "stateful persistent",
+    ],
+)
+@pytest.mark.parametrize("kind", MIXTURES)
+def test_weights_set_in_a_loop_left_apply_from_there_with_any_loader(
+    kind: str, loader: str
+) -> None:
+    """A loop left after 2 steps with new weights set in it, then the loader iterated
+    again: the next iteration continues the epoch from the loop's step under the new
+    weights, as the sampler iterated by hand does, whatever the loader: persistent
+    workers included, whose iterator zeroes its count before it asks the sampler again."""
+    head, rest, state = _left_and_reweighted(kind, loader, 2)
+    assert [head, rest, state] == _left_and_reweighted(kind, None, 2)
+    (fresh,) = _ranks(kind, 1)
+    whole = _items(composition.make_loader(kind, "torch", fresh))
+    assert head == whole[: len(head)]  # the old weights' first 2 steps
+    # The rest of the epoch, not the epoch again from its start: one epoch in all.
+    assert len(head) + len(rest) == len(whole) and state["finished"]
+    assert state["schedule"][-1][1] != fresh.state_dict()["schedule"][-1][1]
 
 
 @pytest.mark.parametrize("kind", ["index", "token", "mixture"])

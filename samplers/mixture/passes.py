@@ -284,8 +284,8 @@ class Passes:
         rows = zip(*(c.index_select(0, walking).tolist() for c in columns), strict=True)
         walked = []
         for value, bound, high, low, *element_keys in rows:
+            masks = ((1 << high) - 1, (1 << low) - 1)
             while value >= bound:
-                masks = ((1 << high) - 1, (1 << low) - 1)
                 left, right = value >> low, value & masks[1]
                 for r, key in enumerate(element_keys):
                     left, right = right, left ^ (_round_function(key, right) & masks[r % 2])
