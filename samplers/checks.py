@@ -101,6 +101,16 @@ def as_flag(name: str, value: Any, *, error: type[TypeError] = TypeError) -> boo
     return bool(number)
 
 
+def set_flag(name: str, value: Any) -> bool:
+    """Whether ``value`` is a true bool-like (:func:`as_flag`); ``False`` for a value that
+    is not one, which whoever uses it refuses later (the stock sampler's ``set_epoch``
+    takes any)."""
+    try:
+        return as_flag(name, value)
+    except TypeError:
+        return False
+
+
 def world_size(value: Any) -> int:
     """A validated ``num_replicas``: an integer of at least 1 and below ``2**63``.
 

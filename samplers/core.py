@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, cast
 
-from samplers import checks, consistency, loader_progress, state
+from samplers import checks, consistency, loader_progress, readers, side_reads, state
 from samplers.epochs import EpochBook, Undo
 from samplers.iterators import Progress, handed_out_all, held_elsewhere, take_over
 from samplers.options import Tail
@@ -57,6 +57,7 @@ class SamplerCore(ABC):
     _book: EpochBook
     _iterator: Progress[Any] | None = None
     _undo: Undo | None = None
+    _side: side_reads.SideRead | None = None  # the loop's, the latest maybe a peek
     #: Set when this iteration began while an earlier one was still being iterated (that
     #: one's epoch and items handed out then): :meth:`state_dict` refuses to choose.
     _ambiguous: tuple[int, int] | None = None
@@ -110,6 +111,7 @@ class SamplerCore(ABC):
     def iteration_plan(self) -> EpochPlan:
         """The plan of the results of this epoch (``unshard`` reads it): its last iteration's
         (a resumed one's, from the loaded position), or a loaded state's, or :meth:`plan`."""
+        side_reads.back_to_loop(self)
         epoch, iterator = checks.epoch(self.epoch), self._iterator
         if iterator is not None and iterator.plan.epoch == epoch:
             return iterator.plan
@@ -128,14 +130,6 @@ class SamplerCore(ABC):
             sizes = ShardSizes.of(layout.dataset_size, layout.world_size, self.tail == "drop")
         return EpochPlan(sizes, shuffle, seed, epoch, layout, permutation)
 
-    def _shuffling(self) -> bool:
-        """Whether ``shuffle`` (a bool-like) is true; ``False`` for another value (the plan
-        raises for it when iterating: the stock sampler's ``set_epoch`` accepts it)."""
-        try:
-            return checks.as_flag("shuffle", self.shuffle)
-        except TypeError:
-            return False
-
     def _require_init(self, what: str) -> None:
         if not self._initialised:
             raise TypeError(
@@ -152,6 +146,7 @@ class SamplerCore(ABC):
         elsewhere (a loop may still iterate it), no ``set_epoch`` moved to another epoch
         since, and no DataLoader called this ``iter()``."""
         loader = loader_progress.find_loader()
+        side_reads.back_to_loop(self)  # the latest iteration a peek: the loop's back
         self._before_iteration()
         previous, undo = self._iterator, self._undo
         # torchdata replayed, after a restore, the rest of previous's epoch (see below)
@@ -195,14 +190,7 @@ class SamplerCore(ABC):
         except BaseException:
             self.epoch = epoch_before
             raise
-        iterator.reader = loader_progress.reader_of(loader, self)
-        loader_progress.watch_reset(loader, iterator)
-        iterator.pipeline = loader is None and loader_progress.find_pipeline()
-        if loader is not None:
-            iterator.loader = weakref.ref(loader)
-            mover = loader_progress.find_mover()
-            if mover is not None:
-                iterator.mover = weakref.ref(mover)
+        readers.attach(iterator, loader, self)
         self._ambiguous = None
         # A DataLoader starting an iteration starts the loop's (it dropped its previous one).
         # One that handed out its whole share is over even before its StopIteration (a
@@ -219,8 +207,8 @@ class SamplerCore(ABC):
         ):
             self._ambiguous = (previous.plan.epoch, previous.taken)
         self._iterator = iterator
-        self._book = book
-        self._undo = Undo(book_before, epoch_before, epoch)
+        self._book, self._undo = book, Undo(book_before, epoch_before, epoch)
+        self._side = side_reads.side_read(previous, iterator, loader, undo, self._undo, self._side)
         return iterator
 
     def _plan_from(self, start: int | None) -> EpochPlan:
@@ -253,9 +241,10 @@ class SamplerCore(ABC):
             self.epoch = epoch  # the stock behaviour, for subclasses that skip __init__
             return
         epoch = checks.epoch(epoch)
-        if self._shuffling() and isinstance(self.seed, int):
+        if checks.set_flag("shuffle", self.shuffle) and isinstance(self.seed, int):
             # Fail here rather than at iter() when the permutation cannot be seeded.
             checks.shuffle_key_fits(self.seed, epoch, self.permutation)
+        side_reads.back_to_loop(self)  # a peek's bookkeeping undone before the change
         self._book.set_epoch(epoch, type(self).__name__, 2)
         self.epoch = epoch
 
@@ -288,7 +277,9 @@ class SamplerCore(ABC):
         iterations are in progress and this raises ``ValueError`` saying so, until the
         next iteration or :meth:`load_state_dict`; peek at a copy at the same epoch
         instead (``peek = copy.copy(sampler); peek.set_epoch(sampler.epoch)``). An
-        iteration nobody holds any more (a loop left with ``break``) does not count.
+        iteration nobody holds any more (a loop left with ``break``) does not count. A
+        peek through a DataLoader (``next(iter(loader))`` in its loop) leaves the state
+        the loop's (:mod:`samplers.side_reads`).
 
         ``consumed``: for loops the sampler cannot see (something between it and the loop
         that fetches ahead), how many items of the current iteration (since the ``iter()``
@@ -321,6 +312,7 @@ class SamplerCore(ABC):
         """The progress a state records (see :meth:`state_dict`); ``ahead_ok``, for the
         sampler's own use: a ``torchdata.nodes`` pipeline's (else refused), and the loop's
         progress even within a DataLoader's ``iter()`` (not its snapshot's)."""
+        side_reads.back_to_loop(self)
         pending = self._book.pending
         iterator = self._iterator
         ambiguous = self._ambiguous  # two iterations in progress: either's state would do
@@ -387,6 +379,7 @@ class SamplerCore(ABC):
             permutation=self.permutation,
             order_fields=self._order_fields(),
         )
+        side_reads.back_to_loop(self)
         iterator, undo = self._iterator, self._undo
         unstarted = iterator is not None and not iterator.started and undo is not None
         if unstarted and undo is not None:
@@ -418,7 +411,7 @@ class SamplerCore(ABC):
         self.seed = saved.seed
         self.epoch = saved.epoch
         self._iterator = None
-        self._undo = None
+        self._undo = self._side = None
         self._ambiguous = None
         if unstarted and iterator is not None:
             # Whoever holds it (a DataLoader iterator made before the state was loaded)
@@ -495,6 +488,7 @@ class SamplerCore(ABC):
 
     def __getstate__(self) -> dict[str, Any]:
         """The attributes; the iteration at what its loop received (prefetched items out)."""
-        state = dict(self.__dict__)
+        side_reads.back_to_loop(self)
+        state = {k: v for k, v in self.__dict__.items() if k != "_side"}
         at_loop = loader_progress.copy_at_loop(state.get("_iterator"), self)
         return state if at_loop is None else {**state, "_iterator": at_loop}

@@ -78,7 +78,7 @@ class Progress(ABC, Generic[_Item]):
     reader: dict[str, Any] | None
     #: The batches that DataLoader iterator had yielded when it began another iteration
     #: of its own (a persistent workers' iterator, which zeroes its count then), or
-    #: ``None`` while it has not (see :func:`samplers.loader_progress.watch_reset`).
+    #: ``None`` while it has not (see :func:`samplers.readers.watch_reset`).
     yielded_at_reset: int | None
     #: Called with the layout once the iterator is exhausted; never pickled.
     at_end: Callable[[Layout], None] | None

@@ -17,14 +17,6 @@ attributes torch's DataLoader iterators have had since torch 1.x (``_num_yielded
 ``_index_sampler``); a DataLoader without them is not recognised, and the sampler's own
 count is used.
 
-A DataLoader with ``persistent_workers=True`` keeps one iterator and, at the next
-``iter(loader)``, zeroes its count before it asks a sampler it batches itself (``sampler=``)
-for the next iteration: that ``iter()`` comes from the ``BatchSampler`` generator it has
-just made, after the reset. So :func:`watch_reset` watches the generator feeding the
-iteration (which the reset drops, in the same statement, before it zeroes the count) and
-keeps the count the loop had received at that moment (``yielded_at_reset``), which then
-stands for what the loop received of the iteration.
-
 torchdata's ``StatefulDataLoader`` is a reader too, read differently: it asks the sampler
 for its state itself while it fetches ahead (its snapshots pair the sampler's state with
 how many batches it fetched), and after a restore its counts start from the restored
@@ -61,8 +53,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import weakref
-from types import CodeType, GeneratorType
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import BatchSampler
@@ -98,7 +89,6 @@ __all__ = [
     "restored_finished",
     "stateful_progress",
     "unit_of",
-    "watch_reset",
 ]
 
 #: How many frames above ``iter()`` a DataLoader iterator may be: the sampler's
@@ -262,35 +252,6 @@ def _in_order(kind: type) -> bool:
     )
 
 
-def watch_reset(loader: object | None, iterator: Progress[Any]) -> None:
-    """Keep in ``iterator.yielded_at_reset`` the batches torch's DataLoader iterator
-    ``loader`` had yielded when it drops the generator that feeds it ``iterator`` (a
-    ``BatchSampler``'s, made by the DataLoader): a persistent workers' iterator dropping
-    it for its next iteration, right before it zeroes that count. Nothing to watch when
-    ``loader``'s counts are not the loop's (``iterator.reader`` is ``None``), when it
-    reads the sampler itself (a batch sampler: its next ``iter()`` comes before the
-    count is zeroed) or when it is not torch's (torchdata's counts are read otherwise).
-    """
-    if iterator.reader is None or type(loader) not in _READERS:
-        return
-    feeding = loader.__dict__.get("_sampler_iter")
-    # A generator (its BatchSampler's) feeds it; else it iterates a batch sampler itself,
-    # and ``feeding`` is an iteration the sampler has replaced, dropped in a moment.
-    if isinstance(feeding, GeneratorType):
-        watch = weakref.finalize(feeding, _keep_count, weakref.ref(iterator))
-        watch.atexit = False
-
-
-def _keep_count(iterator_ref: weakref.ref[Progress[Any]]) -> None:
-    """:func:`watch_reset`'s callback: the count the iterator's reader holds now."""
-    iterator = iterator_ref()
-    reader = None if iterator is None else iterator.reader
-    if iterator is not None and reader is not None:
-        count = reader.get("_num_yielded")
-        if isinstance(count, int):
-            iterator.yielded_at_reset = count
-
-
 def loop_progress(
     reader: dict[str, Any],
     sampler: object,
@@ -301,7 +262,8 @@ def loop_progress(
     """What the loop reading ``sampler`` through the DataLoader iterator ``reader`` has
     received of an iteration of ``count`` items, or ``None`` if it cannot be told;
     ``ahead``: batches yielded but held by a wrapper (:func:`held_ahead`); ``yielded``:
-    the batches it had yielded when it began another iteration (:func:`watch_reset`),
+    the batches it had yielded when it began another iteration
+    (:func:`samplers.readers.watch_reset`),
     if it has, for its count now is the other iteration's.
 
     Received items are counted as the DataLoader counts them (batches times the batch size

@@ -92,17 +92,19 @@ SAMPLERS: dict[str, Callable[[int, int], Any]] = {
 BATCHED = {"batch", "token", "packed", "mixture batch", "mixture token", "packed mixture"}
 
 #: The loaders: torch's DataLoader (0 and 2 workers, persistent workers), torchdata's
-#: StatefulDataLoader (0 and 2 workers) and a torchdata.nodes pipeline with a prefetcher.
+#: StatefulDataLoader (0 and 2 workers, persistent workers) and a torchdata.nodes pipeline
+#: with a prefetcher.
 LOADERS = (
     "torch",
     "torch 2 workers",
     "torch persistent",
     "stateful",
     "stateful 2 workers",
+    "stateful persistent",
     "nodes",
 )
 #: Which loaders have a state of their own.
-STATEFUL = {"stateful", "stateful 2 workers", "nodes"}
+STATEFUL = {"stateful", "stateful 2 workers", "stateful persistent", "nodes"}
 #: Before the first batch (after ``iter()``), mid-epoch, after the last batch (the loop
 #: not yet told the epoch is over), after the loop.
 POINTS = ("start", "mid", "last", "after")

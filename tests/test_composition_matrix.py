@@ -57,6 +57,7 @@ def test_the_sample_covers_every_value_of_every_axis() -> None:
         assert {getattr(cell, field) for cell in sample} == set(values), field
     assert sample == composition.sampled_cells(SAMPLED)  # the same cells every run
     # Every sampler x loader x point x world size with the sampler's state, and again
-    # with the loader's state for the 3 loaders that have one.
-    per_sampler = len(composition.LOADERS) * 4 * 3 + 3 * 4 * 3
+    # with the loader's state for the 4 loaders that have one.
+    assert len(composition.STATEFUL) == 4
+    per_sampler = len(composition.LOADERS) * 4 * 3 + 4 * 4 * 3
     assert len(composition.all_cells()) == len(composition.SAMPLERS) * per_sampler
