@@ -91,8 +91,10 @@ class DistributedSampler(SamplerCore, _StockDistributedSampler[_T_co]):
         rank: this process's rank in ``[0, num_replicas)``; default: from the process group.
         shuffle: draw a fresh permutation each epoch from ``seed + epoch``.
         seed: must be the same on every rank. With ``"randperm"``, as with the stock
-            sampler, torch's CPU generator keeps the low 32 bits of ``seed + epoch``:
-            seeds ``2**32`` apart give one order (``"feistel"`` keys on 64 bits).
+            sampler, the generator is seeded with ``seed + epoch``, so seed ``s + 1`` at
+            epoch ``e`` is seed ``s`` at epoch ``e + 1``, and torch's CPU generator keeps
+            its low 32 bits: seeds ``2**32`` apart give one order (``"feistel"`` keys the
+            seed and the epoch apart, on 64 bits).
         drop_last: trim the tail instead of padding, so no sample is repeated.
         tail: ``"pad"``, ``"drop"`` or ``"uneven"``; ``None`` follows ``drop_last``.
         auto_epoch: advance the epoch on each new iteration without ``set_epoch``.

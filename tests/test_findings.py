@@ -272,6 +272,32 @@ def test_sampler_ignores_torch_manual_seed() -> None:
     assert table["DataLoader shuffle=True, no sampler"].nunique() == len(manual_seed.MANUAL_SEEDS)
 
 
+def test_runs_one_seed_apart_share_epochs_unless_feistel() -> None:
+    """The manual-seed finding's second table, against torch's generator directly: the
+    stock sampler (and ours by default) seeds epoch ``e`` with ``seed + e`` and torch keeps
+    its low 32 bits; ``permutation="feistel"`` keys seed and epoch apart."""
+    size, epochs = manual_seed.DATASET_SIZE, manual_seed.EPOCHS
+    assert all(
+        epoch_order(size, 1, epoch) == epoch_order(size, 0, epoch + 1) for epoch in range(epochs)
+    )
+    wrapped = torch.randperm(size, generator=torch.Generator().manual_seed(2**32)).tolist()
+    assert wrapped == epoch_order(size, 0, 0)
+
+    def feistel(seed: int, epoch: int) -> list[int]:
+        sampler = DistributedSampler(range(size), 1, 0, seed=seed, permutation="feistel")
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    assert all(feistel(1, epoch) != feistel(0, epoch + 1) for epoch in range(epochs))
+    assert feistel(2**32, 0) != feistel(0, 0)
+    evidence = build(manual_seed)
+    runs = evidence.tables[1].frame
+    assert runs.iloc[:, 1].tolist() == [epochs, epochs, 0]
+    assert runs.iloc[:, 2].tolist() == ["yes", "yes", "no"]
+    assert evidence.facts.wrapped == ("stock", "ours, default")
+    assert f"{epochs} of {epochs} epochs of a run seeded 1" in evidence.claim
+
+
 # --- equal batch counts -------------------------------------------------------------------
 
 
