@@ -379,6 +379,34 @@ def test_persistent_workers_change_later_epochs() -> None:
     assert differing["set-up"].str.contains("no sampler").all()
 
 
+def test_a_peek_in_the_loop_restarts_a_persistent_workers_iterator() -> None:
+    """The persistent-workers finding's peeks, against a DataLoader read directly: with
+    persistent workers, iter(loader) in the loop resets the loop's own iterator."""
+
+    def peeked(workers: int, persistent: bool) -> list[int]:
+        loader = DataLoader(
+            range(10),
+            batch_size=4,
+            sampler=StockSampler(range(10), num_replicas=1, rank=0),
+            num_workers=workers,
+            persistent_workers=persistent,
+        )
+        received: list[int] = []
+        for step, batch in enumerate(loader):
+            received += batch.tolist()
+            if step == 1:
+                next(iter(loader))
+        return received
+
+    whole = epoch_order(10, 0, 0)
+    assert peeked(0, False) == peeked(2, False) == whole
+    # Two batches, then the epoch again after the peek's batch (4 samples): 14 in all.
+    assert peeked(2, True) == whole[:8] + whole[4:]
+    peeks = build(persistent_workers).tables[1].frame
+    assert peeks["samples the loop received"].tolist() == [10, 10, 14]
+    assert peeks["received twice or more"].tolist() == [0, 0, 4]
+
+
 # --- padding ------------------------------------------------------------------------------
 
 

@@ -1,6 +1,9 @@
-"""Finding: persistent DataLoader workers change a shuffled DataLoader's later epochs."""
+"""Finding: persistent DataLoader workers change a shuffled DataLoader's later epochs, and a
+peek at a batch in the loop (``next(iter(loader))``) restarts the loop's own iterator."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pandas as pd
 from torch.utils.data import DataLoader
@@ -11,7 +14,7 @@ from studies.findings import Evidence, Table
 from studies.findings.wording import count_of, joined, listed
 
 NAME = "persistent-workers"
-TITLE = "Persistent workers and a shuffled DataLoader's later epochs"
+TITLE = "Persistent workers: a shuffled DataLoader's later epochs, and a peek in the loop"
 GUARDED_BY = "tests/test_findings.py::test_persistent_workers_change_later_epochs"
 
 DATASET_SIZE = 10
@@ -53,6 +56,45 @@ CASES: dict[str, Case] = {
 }
 
 
+#: The loop peeks (``next(iter(loader))``) after this step (0-based).
+PEEK_AFTER = 1
+#: The set-up of the peek: the stock sampler.
+PEEKED = "stock DistributedSampler (1 rank), set_epoch"
+
+
+def peeked_loop(num_workers: int, persistent: bool) -> list[int]:
+    """What one epoch's loop received over the stock sampler when it peeks at a batch,
+    ``next(iter(loader))``, after step :data:`PEEK_AFTER`."""
+    case = CASES[PEEKED]
+    dataset = IndexDataset(case.dataset_size)
+    sampler = make_sampler(case, dataset, 0)
+    loader: DataLoader[int] = make_loader(
+        case, dataset, sampler, num_workers=num_workers, persistent_workers=persistent
+    )
+    received: list[int] = []
+    for step, batch in enumerate(loader):
+        received += batch.tolist()
+        if step == PEEK_AFTER:
+            next(iter(loader))  # a look at a batch, say for logging
+    return received
+
+
+def peeks_table() -> pd.DataFrame:
+    """Per DataLoader set-up: what the loop that peeked received."""
+    rows = []
+    for words, workers, persistent in LOADERS:
+        received = peeked_loop(workers, persistent)
+        rows.append(
+            {
+                "DataLoader": words,
+                "samples the loop received": len(received),
+                "distinct": len(set(received)),
+                "received twice or more": sum(n > 1 for n in Counter(received).values()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def build() -> Evidence:
     rows = []
     for setup, case in CASES.items():
@@ -70,6 +112,7 @@ def build() -> Evidence:
                     }
                 )
     table = pd.DataFrame(rows)
+    peeks = peeks_table()
     differing = table[~table["same as without workers"]]
     no_sampler = next(iter(CASES))
     shuffled = differing[differing["set-up"] == no_sampler]
@@ -94,7 +137,10 @@ def build() -> Evidence:
         f"in {count_of(changed, len(persistent), 'epochs after the first')}, with "
         f"{LOADERS[1][0]} in {count_of(others_changed, len(others), 'epochs')}. With the stock "
         f"DistributedSampler the order differed in "
-        f"{count_of(len(with_sampler), len(sampled), 'epochs')}, whatever the workers."
+        f"{count_of(len(with_sampler), len(sampled), 'epochs')}, whatever the workers. "
+        f"A peek at a batch in the loop, next(iter(loader)), restarts the loop's own "
+        f"iterator when the workers are persistent (the DataLoader keeps one iterator): "
+        f"{_peeks(peeks)}."
     )
     prose = (
         f"{DATASET_SIZE} samples, batch size {BATCH_SIZE}, {EPOCHS} epochs, in this process. "
@@ -105,10 +151,34 @@ def build() -> Evidence:
         "keep the first iterator, so from epoch 1 on only the permutation is drawn and it "
         "comes from another generator state. Seeding a run therefore does not make its "
         "order independent of the worker settings: compare runs with the same num_workers "
-        "and persistent_workers, or shuffle with a DistributedSampler."
+        "and persistent_workers, or shuffle with a DistributedSampler. A loop that peeks "
+        f"at a batch after its step {PEEK_AFTER} with next(iter(loader)) (the stock "
+        f"sampler, one epoch of {DATASET_SIZE} samples): {_peeks(peeks)}. With persistent "
+        "workers iter(loader) resets the one iterator the loop is reading, so the rest of "
+        "the loop reads the epoch again, after the batch the peek took; peek at another "
+        "DataLoader over a copy of the sampler instead."
     )
     return Evidence(
         claim=claim,
         prose=prose,
-        tables=(Table("Rank 0's order per epoch, by DataLoader workers", table),),
+        tables=(
+            Table("Rank 0's order per epoch, by DataLoader workers", table),
+            Table(
+                "A loop that peeks at a batch, next(iter(loader)), by DataLoader workers",
+                peeks,
+                note=(
+                    f"The stock sampler, one rank, one epoch of {DATASET_SIZE} samples, "
+                    f"batch size {BATCH_SIZE}; the peek after step {PEEK_AFTER}."
+                ),
+            ),
+        ),
+    )
+
+
+def _peeks(peeks: pd.DataFrame) -> str:
+    """Per DataLoader set-up, what its peeking loop received, for prose."""
+    return "; ".join(
+        f"with {row['DataLoader']} the loop received {row['samples the loop received']} "
+        f"samples, {row['received twice or more']} of them more than once"
+        for _, row in peeks.iterrows()
     )
