@@ -262,9 +262,8 @@ def loop_progress(
     """What the loop reading ``sampler`` through the DataLoader iterator ``reader`` has
     received of an iteration of ``count`` items, or ``None`` if it cannot be told;
     ``ahead``: batches yielded but held by a wrapper (:func:`held_ahead`); ``yielded``:
-    the batches it had yielded when it began another iteration
-    (:func:`samplers.readers.watch_reset`),
-    if it has, for its count now is the other iteration's.
+    the batches it had yielded when it began another iteration, if it has
+    (:func:`samplers.readers.watch_reset`), for its count now is the other iteration's.
 
     Received items are counted as the DataLoader counts them (batches times the batch size
     for an index sampler, even when the last batch was smaller), which is the count every

@@ -405,6 +405,7 @@ def test_a_peek_in_the_loop_restarts_a_persistent_workers_iterator() -> None:
     peeks = build(persistent_workers).tables[1].frame
     assert peeks["samples the loop received"].tolist() == [10, 10, 14]
     assert peeks["received twice or more"].tolist() == [0, 0, 4]
+    assert "read samples again with 2 persistent workers (" in build(persistent_workers).claim
 
 
 # --- padding ------------------------------------------------------------------------------

@@ -113,6 +113,7 @@ def build() -> Evidence:
                 )
     table = pd.DataFrame(rows)
     peeks = peeks_table()
+    repeating = list(peeks.loc[peeks["received twice or more"] > 0, "DataLoader"])
     differing = table[~table["same as without workers"]]
     no_sampler = next(iter(CASES))
     shuffled = differing[differing["set-up"] == no_sampler]
@@ -138,8 +139,9 @@ def build() -> Evidence:
         f"{LOADERS[1][0]} in {count_of(others_changed, len(others), 'epochs')}. With the stock "
         f"DistributedSampler the order differed in "
         f"{count_of(len(with_sampler), len(sampled), 'epochs')}, whatever the workers. "
-        f"A peek at a batch in the loop, next(iter(loader)), restarts the loop's own "
-        f"iterator when the workers are persistent (the DataLoader keeps one iterator): "
+        f"A peek at a batch in the loop, next(iter(loader)), made the loop read samples "
+        f"again with {joined(repeating) if repeating else 'none of the set-ups'} (persistent "
+        f"workers: the DataLoader keeps one iterator, which the peek resets): "
         f"{_peeks(peeks)}."
     )
     prose = (
