@@ -465,31 +465,33 @@ def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
     st.sampled_from([torch.int16, torch.int32, torch.int64]),
     st.booleans(),
     st.booleans(),
-    st.sampled_from([1, 3, 7, 2**20]),
+    st.sampled_from([1, 3, 7, 2**15]),
 )
-def test_the_parts_are_summed_in_one_call_as_part_by_part(
+def test_the_parts_are_summed_in_the_one_pass_that_checks_the_lengths(
     values: list[int],
     ends: list[int],
     dtype: torch.dtype,
     strided: bool,
     with_numpy: bool,
-    chunk: int,
+    block: int,
 ) -> None:
-    """Each part's sum, read in a numpy call per chunk (parts empty, ending before the
-    lengths do, across chunks, a strided tensor, any dtype), is the sum of its lengths;
-    without numpy too."""
+    """The one pass over the lengths (parts empty, ending before the lengths do, across
+    blocks, a strided tensor, any dtype, with numpy or without) gives the largest, the
+    sum and each part's sum, and the copy made later agrees with them."""
     lengths = torch.tensor([v for v in values for _ in range(2 if strided else 1)], dtype=dtype)
     if strided:
         lengths = lengths[::2]
     bounds = tuple(sorted(min(e, len(values)) for e in ends))
-    longest = max(values, default=0)
     expected = tuple(sum(values[a:b]) for a, b in itertools.pairwise((0, *bounds)))
-    original, original_chunk = held.numpy, held._SUM_CHUNK
-    held.numpy, held._SUM_CHUNK = (original if with_numpy else None), chunk
+    original, original_block = held.numpy, held.SCAN_SAMPLES
+    held.numpy, held.SCAN_SAMPLES = (original if with_numpy else None), block
     try:
-        assert held._part_sums(lengths, bounds, longest) == expected
+        assert held._scan(lengths, bounds) == (max(values, default=0), sum(values), expected)
+        copied = HeldLengths(lengths, parts=bounds)
+        assert copied.part_totals == expected
+        assert copied.owned().tolist() == values
     finally:
-        held.numpy, held._SUM_CHUNK = original, original_chunk
+        held.numpy, held.SCAN_SAMPLES = original, original_block
 
 
 @pytest.mark.parametrize("longest", [None, 2**62])

@@ -96,6 +96,13 @@ def test_the_tables_divide_medians_of_the_record() -> None:
     assert epoch["packed mixture / token"].tolist() == [4.5]
     first = packed_record.first_table(record)
     assert first["packed: first batch (ms)"].tolist() == [10.0]
+    record["rows"] = [
+        {**r, "median": 0.025}
+        if (r["variant"], r["quantity"]) == (packed.VARIANTS[2], packed_record.FIRST)
+        else r
+        for r in record["rows"]
+    ]
+    assert packed_record.first_table(record)[packed_record.FIRST_RATIO].tolist() == [2.5]
 
 
 @pytest.mark.parametrize(
@@ -104,12 +111,12 @@ def test_the_tables_divide_medians_of_the_record() -> None:
         (
             {"token": 1.0, "packed": 1.5, "packed mixture": 2.0},
             {"token": 0.1, "packed": 0.15, "packed mixture": 0.19},
-            ["both sizes within 2 x", "all 3 samplers within 0.2 s"],
+            ["both sizes within 2 x", "all 3 samplers within 0.2 s", "1.27 x"],
         ),
         (
             {"token": 1.0, "packed": 2.5, "packed mixture": 7.5},
             {"token": 0.1, "packed": 0.3, "packed mixture": 0.4},
-            ["none of the 2 sizes within 2 x", "1 of the 3 samplers within 0.2 s"],
+            ["none of the 2 sizes within 2 x", "1 of the 3 samplers within 0.2 s", "1.33 x"],
         ),
     ],
 )

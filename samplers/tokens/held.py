@@ -4,24 +4,24 @@ A sampler must not see its lengths change under it, so it plans from its own cop
 copying 10**8 lengths takes longer than planning the first batch (the fresh pages cost
 as much as the copy), and the first chunk of an epoch needs only a few thousand of them.
 :class:`HeldLengths` therefore checks the caller's lengths in one pass when the sampler
-is built (no negative one; the largest and the exact sum, which fix the default window),
-reads the first chunk's lengths from the caller's tensor, and makes the copy when it is
-next needed: planning another chunk (a one-chunk epoch copies at once), the length
-digest of a state, a pickle, or anything else that asks for :meth:`HeldLengths.owned`.
-The copy is checked against what was planned before it, and against each part's sum
-when the lengths come in parts (``parts=``: the packed mixture's sources, whose sums
-set its token weights). :func:`length_sum` and
-:func:`length_digest` read lengths a chunk at a time (the exact sum; a digest of them in
-order).
+is built (no negative one; the largest and the exact sum, which fix the default window,
+and each part's sum when the lengths come in parts), reads the first chunk's lengths
+from the caller's tensor, and makes the copy when it is next needed: planning another
+chunk (a one-chunk epoch copies at once), the length digest of a state, a pickle, or
+anything else that asks for :meth:`HeldLengths.owned`. The copy is checked against what
+was planned before it, and against each part's sum when the lengths come in parts
+(``parts=``: the packed mixture's sources, whose sums set its token weights).
+:func:`length_sum` and :func:`length_digest` read lengths a chunk at a time (the exact
+sum; a digest of them in order).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -75,12 +75,11 @@ class HeldLengths:
         #: The caller's tensor, until the copy is made.
         self.given: torch.Tensor | None = given
         self.size = given.numel()
-        #: The largest length (0 for no lengths) and the exact sum.
-        self.longest, self.total = _scan(given)
-        #: Where parts of the lengths end (e.g. a mixture's sources), and each part's exact
-        #: sum, read now; the copy is refused unless its parts sum to the same.
+        #: Where parts of the lengths end (e.g. a mixture's sources).
         self.parts = parts
-        self.part_totals = _part_sums(given, parts, self.longest)
+        #: The largest length (0 for no lengths), the exact sum and each part's exact sum,
+        #: read in one pass now; the copy is refused unless it has the same.
+        self.longest, self.total, self.part_totals = _scan(given, parts)
         #: The copy's dtype.
         self.dtype = copy_dtype(self.longest)
         self._copy: torch.Tensor | None = None
@@ -160,15 +159,17 @@ class HeldLengths:
     def _copied(self, given: torch.Tensor) -> torch.Tensor:
         copy = torch.empty(self.size, dtype=self.dtype)
         top, total = 0, 0
-        # Each part is checked as the caller's values (before the cast, so a value the
+        sums = [0] * (len(self.parts) + 1)
+        # Each piece is checked as the caller's values (before the cast, so a value the
         # copy's dtype would wrap is seen), right before copying it (from the cache).
         into: Any = copy.numpy() if _numpy_reads(given) else copy
         source: Any = given.numpy() if _numpy_reads(given) else given
-        for lo in range(0, self.size, SCAN_SAMPLES):
-            part = source[lo : lo + SCAN_SAMPLES]
-            part_top, part_total = _part_stats(part)
-            top, total = max(top, part_top), total + part_total
-            into[lo : lo + SCAN_SAMPLES] = part
+        for lo, hi, part in _pieces(self.size, self.parts):
+            piece = source[lo:hi]
+            piece_top, piece_total = _part_stats(piece)
+            top, total = max(top, piece_top), total + piece_total
+            sums[part] += piece_total
+            into[lo:hi] = piece
         if (total, top) != (self.total, self.longest):
             low = int(given.min())
             change = (
@@ -181,9 +182,9 @@ class HeldLengths:
                 f"lengths changed after the sampler was built (before it made its own copy): "
                 f"{change}; build the sampler again from the new lengths"
             )
-        sums = _part_sums(copy, self.parts, self.longest)
-        if sums != self.part_totals:
-            part = next(d for d, total in enumerate(self.part_totals) if sums[d] != total)
+        changed = [d for d, total in enumerate(self.part_totals) if sums[d] != total]
+        if changed:
+            part = changed[0]
             low = self.parts[part - 1] if part else 0
             raise RuntimeError(
                 f"lengths changed after the sampler was built (before it made its own copy): "
@@ -215,33 +216,6 @@ class HeldLengths:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-
-def _part_sums(lengths: torch.Tensor, parts: tuple[int, ...], longest: int) -> tuple[int, ...]:
-    """The exact sum of each part of ``lengths``: ``[0, parts[0])``, ``[parts[0],
-    parts[1])``, ... (``longest`` the largest length; ``parts`` non-decreasing, at most
-    the lengths' count). With numpy, and when no sum of the lengths can pass int64, one
-    numpy call per chunk of :data:`_SUM_CHUNK` lengths (each cast to int64 alone); else
-    part by part."""
-    size = lengths.numel()
-    if numpy is None or not parts or longest * size >= 2**63:
-        return tuple(
-            length_sum(lengths[a:b], longest=longest) for a, b in itertools.pairwise((0, *parts))
-        )
-    ends = numpy.array(parts, dtype=numpy.int64)
-    starts = numpy.concatenate(([0], ends[:-1]))
-    end = int(ends[-1])
-    # Cut where each part and each chunk starts: every piece lies in one part and one chunk.
-    cuts = numpy.union1d(starts[starts < ends], numpy.arange(0, end, _SUM_CHUNK))
-    pieces = numpy.zeros(len(cuts), dtype=numpy.int64)
-    values = lengths.numpy()
-    for lo in range(0, end, _SUM_CHUNK):
-        a, b = numpy.searchsorted(cuts, (lo, lo + _SUM_CHUNK))
-        chunk = values[lo : min(lo + _SUM_CHUNK, end)]
-        pieces[a:b] = numpy.add.reduceat(chunk, cuts[a:b] - lo, dtype=numpy.int64)
-    sums = numpy.zeros(len(parts), dtype=numpy.int64)
-    numpy.add.at(sums, numpy.searchsorted(ends, cuts, side="right"), pieces)
-    return tuple(sums.tolist())
 
 
 def copy_dtype(longest: int) -> torch.dtype:
@@ -277,22 +251,39 @@ def _part_stats(part: Any) -> tuple[int, int]:
     return top, (int(high.sum(dtype=wide)) << 32) + int(rest.sum(dtype=wide))
 
 
-def _scan(values: torch.Tensor) -> tuple[int, int]:
-    """The largest of ``values`` (0 if empty) and their exact sum, or a ``ValueError``
-    naming a negative one: one pass, :data:`SCAN_SAMPLES` at a time (numpy reads int32
-    and int64 lengths; torch the rest)."""
-    size = values.numel()
-    parts: Any = values.numpy() if _numpy_reads(values) else values
+def _pieces(size: int, parts: tuple[int, ...]) -> Iterator[tuple[int, int, int]]:
+    """The lengths ``[0, size)`` cut where each block of :data:`SCAN_SAMPLES` and each of
+    ``parts`` ends (non-decreasing ends, at most ``size``), in order: ``(lo, hi, part)``
+    for each piece, ``part`` its part's number (``len(parts)`` past the last part)."""
+    part, count, lo = 0, len(parts), 0
+    while lo < size:
+        while part < count and parts[part] <= lo:
+            part += 1
+        hi = min(lo - lo % SCAN_SAMPLES + SCAN_SAMPLES, size)
+        if part < count:
+            hi = min(hi, parts[part])
+        yield lo, hi, part
+        lo = hi
+
+
+def _scan(values: torch.Tensor, parts: tuple[int, ...] = ()) -> tuple[int, int, tuple[int, ...]]:
+    """The largest of ``values`` (0 if empty), their exact sum and the exact sum of each
+    of ``parts`` (``[0, parts[0])``, ``[parts[0], parts[1])``, ...), or a ``ValueError``
+    naming a negative one: one pass, :data:`SCAN_SAMPLES` at a time, each block cut where
+    a part ends (numpy reads int32 and int64 lengths; torch the rest)."""
+    source: Any = values.numpy() if _numpy_reads(values) else values
     longest, total = 0, 0
-    for lo in range(0, size, SCAN_SAMPLES):
-        top, part_total = _part_stats(parts[lo : lo + SCAN_SAMPLES])
+    sums = [0] * (len(parts) + 1)
+    for lo, hi, part in _pieces(values.numel(), parts):
+        top, piece_total = _part_stats(source[lo:hi])
         if top >= 2**63 or (top >= _INT32_LIMIT and values.dtype == torch.int32):
             where = int(torch.argmin(values))
             raise ValueError(
                 f"lengths must be at least 0, got lengths[{where}] = {int(values[where])}"
             )
-        longest, total = max(longest, top), total + part_total
-    return longest, total
+        longest, total = max(longest, top), total + piece_total
+        sums[part] += piece_total
+    return longest, total, tuple(sums[: len(parts)])
 
 
 def length_sum(lengths: torch.Tensor, *, longest: int | None = None) -> int:
