@@ -216,7 +216,9 @@ class SamplerCore(ABC):
         return self._plan(self._end_position() if start is None else start)
 
     def _remaining_count(self) -> int | None:
-        """With a loaded state pending for this epoch: how many items iterating yields."""
+        """With a loaded state pending for this epoch: how many items iterating yields.
+        (Asked first by every ``__len__``: a peek's epoch is the loop's again before.)"""
+        side_reads.back_to_loop(self)
         self._book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
         peeked = self._book.peek(checks.epoch(self.epoch), checks.seed(self.seed))
         if peeked is None:

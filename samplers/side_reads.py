@@ -11,8 +11,8 @@ the peek as an epoch.
 How: an iteration begun by a DataLoader iterator while another, different one is still
 alive and in the middle of the sampler's previous iteration is recorded as a
 :class:`SideRead` (the loop's iteration, how far its loop had gone, and the bookkeeping
-before the new one). Whenever the sampler reads its progress or begins another
-iteration, :func:`back_to_loop` decides: the earlier iteration is the loop's when its
+before the new one). Whenever the sampler reads its progress or its length, or begins
+another iteration, :func:`back_to_loop` decides: the earlier iteration is the loop's when its
 loop has gone on since the later one began (its DataLoader yielded more batches), or
 when the later one's DataLoader iterator is gone before it finished while the earlier
 one's is still alive; the sampler then takes the earlier one back, as if the later one

@@ -89,6 +89,36 @@ def test_a_peek_is_no_epoch_of_auto_epoch(kind: str) -> None:
     assert peeked[0] != peeked[1]  # three epochs, not one three times
 
 
+@pytest.mark.parametrize("kind", ["token", "mixture token", "packed mixture"])
+@pytest.mark.parametrize("loader", ["torch", "torch 2 workers"])
+def test_after_a_peek_len_is_the_loop_s_epoch(kind: str, loader: str) -> None:
+    """``len(sampler)`` and ``len(loader)`` right after a peek in a loop of an
+    ``auto_epoch`` sampler whose epochs differ in length: the loop's epoch's, not the
+    next one's (which the peek's iteration counted as its own until taken back)."""
+
+    def lengths(peek: bool) -> list[int]:
+        sampler = _sampler(kind, auto_epoch=True)
+        loading = composition.make_loader(kind, loader, sampler)
+        seen = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SamplerWarning)
+            for step, _ in enumerate(loading):
+                if step == PEEK:
+                    if peek:
+                        next(iter(loading))
+                    seen += [len(sampler), len(loading)]
+        return seen
+
+    peeked, unpeeked = lengths(True), lengths(False)
+    assert peeked == unpeeked
+    sampler = _sampler(kind)
+    counts = []
+    for epoch in (composition.EPOCH, composition.EPOCH + 1):
+        sampler.set_epoch(epoch)
+        counts.append(len(sampler))
+    assert counts[0] == unpeeked[0] != counts[1]  # the next epoch would say another length
+
+
 def _two_steps(loader: str) -> tuple[Any, Any, Any]:
     """An index sampler, a ``loader`` over it, and that loader's iterator two steps in."""
     sampler = _sampler("index")
