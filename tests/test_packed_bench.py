@@ -105,18 +105,40 @@ def test_the_tables_divide_medians_of_the_record() -> None:
     assert packed_record.first_table(record)[packed_record.FIRST_RATIO].tolist() == [2.5]
 
 
+#: The start of the sentence on the packed mixture's first batch, and the sizes it names.
+FIRST_BATCH = "first batch, from building the sampler, as a multiple of the packed sampler's, was "
+SIZES = "1,000,000 and 100,000,000 samples"
+
+
 @pytest.mark.parametrize(
     ("epochs", "firsts", "said"),
     [
         (
             {"token": 1.0, "packed": 1.5, "packed mixture": 2.0},
             {"token": 0.1, "packed": 0.15, "packed mixture": 0.19},
-            ["both sizes within 2 x", "all 3 samplers within 0.2 s", "1.27 x"],
+            [
+                "both sizes within 2 x",
+                "all 3 samplers within 0.2 s",
+                f"{FIRST_BATCH}1.00 x and 1.27 x at {SIZES} (both sizes within 2 x)",
+            ],
         ),
         (
             {"token": 1.0, "packed": 2.5, "packed mixture": 7.5},
             {"token": 0.1, "packed": 0.3, "packed mixture": 0.4},
-            ["none of the 2 sizes within 2 x", "1 of the 3 samplers within 0.2 s", "1.33 x"],
+            [
+                "none of the 2 sizes within 2 x",
+                "1 of the 3 samplers within 0.2 s",
+                f"{FIRST_BATCH}1.00 x and 1.33 x at {SIZES} (both sizes within 2 x)",
+            ],
+        ),
+        (
+            {"token": 1.0, "packed": 1.5, "packed mixture": 2.0},
+            {"token": 0.1, "packed": 0.1, "packed mixture": 0.25},
+            [
+                "both sizes within 2 x",
+                "2 of the 3 samplers within 0.2 s",
+                f"{FIRST_BATCH}1.00 x and 2.50 x at {SIZES} (1 of the 2 sizes within 2 x)",
+            ],
         ),
     ],
 )

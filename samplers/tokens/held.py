@@ -10,9 +10,9 @@ from the caller's tensor, and makes the copy when it is next needed: planning an
 chunk (a one-chunk epoch copies at once), the length digest of a state, a pickle, or
 anything else that asks for :meth:`HeldLengths.owned`. The copy is checked against what
 was planned before it, and against each part's sum when the lengths come in parts
-(``parts=``: the packed mixture's sources, whose sums set its token weights).
-:func:`length_sum` and :func:`length_digest` read lengths a chunk at a time (the exact
-sum; a digest of them in order).
+(``parts=``: the packed mixture's sources, whose sums turn its token weights into draw
+rates). :func:`length_sum` and :func:`length_digest` read lengths a chunk at a time (the
+exact sum; a digest of them in order).
 """
 
 from __future__ import annotations
