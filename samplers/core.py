@@ -217,7 +217,8 @@ class SamplerCore(ABC):
 
     def _remaining_count(self) -> int | None:
         """With a loaded state pending for this epoch: how many items iterating yields.
-        (Asked first by every ``__len__``: a peek's epoch is the loop's again before.)"""
+        Every ``__len__`` asks this first, so the loop's iteration is taken back from a
+        peek before (:func:`samplers.side_reads.back_to_loop`)."""
         side_reads.back_to_loop(self)
         self._book.auto_epoch = checks.as_flag("auto_epoch", self.auto_epoch)
         peeked = self._book.peek(checks.epoch(self.epoch), checks.seed(self.seed))

@@ -12,11 +12,11 @@ How: an iteration begun by a DataLoader iterator while another, different one is
 alive and in the middle of the sampler's previous iteration is recorded as a
 :class:`SideRead` (the loop's iteration, how far its loop had gone, and the bookkeeping
 before the new one). Whenever the sampler reads its progress or its length, or begins
-another iteration, :func:`back_to_loop` decides: the earlier iteration is the loop's when its
-loop has gone on since the later one began (its DataLoader yielded more batches), or
-when the later one's DataLoader iterator is gone before it finished while the earlier
-one's is still alive; the sampler then takes the earlier one back, as if the later one
-never began. Otherwise the later iteration is the loop's, as for any new ``iter()`` (a
+another iteration, :func:`back_to_loop` decides: the earlier iteration is the loop's
+when its loop has gone on since the later one began (its DataLoader yielded more
+batches), or when the later one's DataLoader iterator is gone before it finished while
+the earlier one's is still alive; the sampler then takes the earlier one back, as if the
+later one never began. Otherwise the later iteration is the loop's, as for any new ``iter()`` (a
 loop left with ``break`` and begun again: the left one's DataLoader iterator is gone by
 then, or stays where it was).
 
