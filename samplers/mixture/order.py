@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from samplers.cycle_walk import _BLOCK
-from samplers.mixture.passes import Passes, source_seed
+from samplers.mixture.passes import Passes, drawn_items, source_seed
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
 
@@ -141,23 +141,7 @@ class MixtureOrder(Order):
 
     def within(self, source: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """The index within its source of each source's ``drawn``-th draw."""
-        pass_number, item = torch.empty_like(drawn), torch.empty_like(drawn)
-        for lo in range(0, drawn.numel(), _BLOCK):
-            sizes = self.sizes_tensor.index_select(0, source[lo : lo + _BLOCK])
-            torch.div(
-                drawn[lo : lo + _BLOCK],
-                sizes,
-                rounding_mode="floor",
-                out=pass_number[lo : lo + _BLOCK],
-            )
-            torch.sub(
-                drawn[lo : lo + _BLOCK],
-                pass_number[lo : lo + _BLOCK] * sizes,
-                out=item[lo : lo + _BLOCK],
-            )
-        if not self.shuffle:
-            return item
-        return self.pass_orders.items(source, pass_number, item)
+        return drawn_items(self.pass_orders, self.sizes_tensor, self.shuffle, source, drawn)
 
 
 def concat_offsets(sizes: Sequence[int]) -> list[int]:

@@ -1,0 +1,188 @@
+"""The schedule counted in tokens (:mod:`samplers.mixture.merge`): the sources' draws merged
+by their tokens over their weight, every prefix within one sample of a common level."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import samplers.mixture.merge as merge
+from samplers.mixture.merge import TokenMerge
+from samplers.mixture.passes import Passes, drawn_items
+
+
+def _reference(mixture: TokenMerge, positions: int) -> list[tuple[int, int]]:
+    """The merge one position at a time, in Python integers: the draw with the smallest
+    (key, source), its key ``floor(tokens since the segment began * A / a_d)``."""
+    sizes = mixture.sizes
+    passes, size_tensor = Passes(sizes, mixture.seed), torch.tensor(sizes)
+    offsets = [sum(sizes[:d]) for d in range(len(sizes))]
+    lengths = torch.as_tensor(mixture.lengths).tolist()
+
+    def length(d: int, y: int) -> int:
+        item = drawn_items(
+            passes, size_tensor, mixture.shuffle, torch.tensor([d]), torch.tensor([y])
+        )
+        return lengths[offsets[d] + int(item[0])]
+
+    counts, tokens = [0] * len(sizes), [0] * len(sizes)
+    bounds = [start for start, _ in mixture.segments][1:]
+    segment, base = 0, list(tokens)
+    found = []
+    for position in range(positions):
+        while segment < len(bounds) and position >= bounds[segment]:
+            segment, base = segment + 1, list(tokens)
+        parts = mixture.segments[segment][1]
+        total = sum(parts)
+        _, d = min(((tokens[d] - base[d]) * total // a, d) for d, a in enumerate(parts) if a)
+        found.append((d, counts[d]))
+        tokens[d] += length(d, counts[d])
+        counts[d] += 1
+    return found
+
+
+@st.composite
+def _mixtures(draw: Any) -> tuple[TokenMerge, int]:
+    count = draw(st.integers(1, 4))
+    sizes = tuple(draw(st.lists(st.integers(1, 30), min_size=count, max_size=count)))
+    lengths = draw(
+        st.lists(
+            st.integers(0, 60) | st.sampled_from([0, 1, 4096]),
+            min_size=sum(sizes),
+            max_size=sum(sizes),
+        )
+    )
+    start = 0
+    for size in sizes:  # every source has tokens
+        if not any(lengths[start : start + size]):
+            lengths[start] = 1
+        start += size
+    parts = st.lists(st.integers(0, 6), min_size=count, max_size=count).filter(any)
+    segments = [(0, tuple(draw(parts)))]
+    for begin in sorted(set(draw(st.lists(st.integers(1, 120), max_size=2)))):
+        segments.append((begin, tuple(draw(parts))))
+    mixture = TokenMerge(
+        sizes,
+        tuple(segments),
+        torch.tensor(lengths),
+        draw(st.integers(0, 3)),
+        draw(st.booleans()),
+    )
+    return mixture, draw(st.integers(1, 200))
+
+
+def _fresh(mixture: TokenMerge) -> TokenMerge:
+    return TokenMerge(
+        mixture.sizes, mixture.segments, mixture.lengths, mixture.seed, mixture.shuffle
+    )
+
+
+@given(_mixtures(), st.sampled_from([1, 2, 3, 7, 4096]), st.data())
+def test_positions_are_the_merge_of_the_sources_by_tokens_over_weight(
+    case: tuple[TokenMerge, int], block: int, data: Any
+) -> None:
+    mixture, positions = case
+    expected = _reference(mixture, positions)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(merge, "BLOCK", block)
+        source, drawn = mixture.locate(torch.arange(positions))
+        assert list(zip(source.tolist(), drawn.tolist(), strict=True)) == expected
+        # Anywhere, in any order, from a schedule that computed nothing before.
+        asked = data.draw(st.lists(st.integers(0, positions - 1), min_size=1, max_size=6))
+        source, drawn = _fresh(mixture).locate(torch.tensor(asked))
+        assert list(zip(source.tolist(), drawn.tolist(), strict=True)) == [
+            expected[p] for p in asked
+        ]
+        at = data.draw(st.integers(0, positions))
+        counts = [sum(1 for d, _ in expected[:at] if d == e) for e in range(len(mixture.sizes))]
+        assert _fresh(mixture).counts(at) == counts
+        assert mixture.counts(at) == counts
+
+
+@given(_mixtures())
+def test_every_prefix_is_within_one_sample_of_a_common_level(case: tuple[TokenMerge, int]) -> None:
+    """Per segment, the tokens ``X_d`` each source drew since it began: some level ``L``
+    has ``L * w_d <= X_d < L * w_d + max_d + w_d`` for every source with a weight, so
+    ``|X_d - w_d * X| < max_d + w_d * (1 + sum of the others' max)``."""
+    mixture, positions = case
+    source, drawn = mixture.locate(torch.arange(positions))
+    lengths = mixture.lengths.tolist()
+    passes, sizes = Passes(mixture.sizes, mixture.seed), torch.tensor(mixture.sizes)
+    items = drawn_items(passes, sizes, mixture.shuffle, source, drawn).tolist()
+    offsets = [sum(mixture.sizes[:d]) for d in range(len(mixture.sizes))]
+    longest = [max(lengths[offsets[d] : offsets[d] + n]) for d, n in enumerate(mixture.sizes)]
+    starts = [start for start, _ in mixture.segments]
+    for position in range(positions + 1):
+        segment = max(i for i, start in enumerate(starts) if start <= position)
+        begin, parts = mixture.segments[segment]
+        tokens = [0] * len(parts)
+        for p in range(begin, position):
+            d = int(source[p])
+            tokens[d] += lengths[offsets[d] + items[p]]
+        weights = [Fraction(a, sum(parts)) for a in parts]
+        drawn_by = [d for d, w in enumerate(weights) if w]
+        level_at_most = min(Fraction(tokens[d]) / weights[d] for d in drawn_by)
+        level_above = max((tokens[d] - longest[d] - weights[d]) / weights[d] for d in drawn_by)
+        assert level_above < level_at_most, (position, tokens, weights)
+        every = sum(tokens)
+        for d in drawn_by:
+            others = sum(longest[e] for e in drawn_by)
+            assert abs(tokens[d] - weights[d] * every) < longest[d] + weights[d] * (1 + others)
+        assert all(tokens[d] == 0 for d, w in enumerate(weights) if not w)
+
+
+@given(_mixtures())
+def test_each_source_draws_in_its_order_across_segments(case: tuple[TokenMerge, int]) -> None:
+    """Its draws 0, 1, 2, ...: a pass is read whole before the next begins."""
+    mixture, positions = case
+    source, drawn = mixture.locate(torch.arange(positions))
+    for d in range(len(mixture.sizes)):
+        assert drawn[source == d].tolist() == list(range(int((source == d).sum())))
+
+
+def test_a_large_mixture_read_in_windows_is_read_anywhere_alike() -> None:
+    generator = torch.Generator().manual_seed(0)
+    sizes = tuple(torch.randint(1, 3000, (40,), generator=generator).tolist())
+    lengths = torch.randint(0, 500, (sum(sizes),), generator=generator)
+    mixture = TokenMerge(sizes, ((0, tuple(range(1, 41))), (50_000, (3,) * 40)), lengths, 7)
+    total = 120_000
+    parts = [mixture.locate(torch.arange(lo, lo + 7_000)) for lo in range(0, total, 7_000)]
+    source = torch.cat([s for s, _ in parts])[:total]
+    drawn = torch.cat([d for _, d in parts])[:total]
+    for at in (0, 1, 4095, 4096, 49_999, 50_000, 50_001, 99_998, total - 1):
+        found = _fresh(mixture).locate(torch.tensor([at, at - 1 if at else 0]))
+        assert found[0].tolist() == [int(source[at]), int(source[max(at - 1, 0)])]
+        assert found[1].tolist() == [int(drawn[at]), int(drawn[max(at - 1, 0)])]
+        counts = torch.bincount(source[:at], minlength=40).tolist()
+        assert _fresh(mixture).counts(at) == counts
+
+
+def test_a_copy_and_a_pickled_one_give_the_same_positions() -> None:
+    lengths = torch.arange(1, 61)
+    mixture = TokenMerge((20, 40), ((0, (1, 2)), (30, (2, 1))), lengths, 3)
+    expected = mixture.locate(torch.arange(100))
+    for other in (copy.copy(mixture), copy.deepcopy(mixture), pickle.loads(pickle.dumps(mixture))):
+        found = other.locate(torch.arange(100))
+        assert torch.equal(found[0], expected[0]) and torch.equal(found[1], expected[1])
+    assert mixture.changed(30, (2, 1)) == mixture  # the settings compare, not the caches
+
+
+def test_what_cannot_be_merged_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="source 1 has a positive token weight but no tokens"):
+        TokenMerge((2, 2), ((0, (1, 1)),), torch.tensor([1, 2, 0, 0]))
+    with pytest.raises(ValueError, match="one value per sample"):
+        TokenMerge((2, 2), ((0, (1, 1)),), torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="first segment starts at 0"):
+        TokenMerge((2,), ((5, (1,)),), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="parts must have 2 values"):
+        TokenMerge((2, 2), ((0, (1,)),), torch.tensor([1, 2, 3, 4]))
+    huge = TokenMerge((2, 2), ((0, (1, 1 << 40)),), torch.tensor([1 << 40] * 4))
+    with pytest.raises(OverflowError, match="pass 2\\*\\*63"):
+        huge.locate(torch.arange(4))
