@@ -179,7 +179,7 @@ def test_what_cannot_be_merged_is_refused_naming_it() -> None:
         TokenMerge((2, 2), ((0, (1, 1)),), torch.tensor([1, 2, 0, 0]))
     with pytest.raises(ValueError, match="one value per sample"):
         TokenMerge((2, 2), ((0, (1, 1)),), torch.tensor([1, 2, 3]))
-    with pytest.raises(ValueError, match="first segment starts at 0"):
+    with pytest.raises(ValueError, match="segments start at 0 and increase"):
         TokenMerge((2,), ((5, (1,)),), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="parts must have 2 values"):
         TokenMerge((2, 2), ((0, (1,)),), torch.tensor([1, 2, 3, 4]))

@@ -92,11 +92,9 @@ class TokenMerge:
     _derived: _Derived = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self.segments or self.segments[0][0] != 0:
-            raise ValueError(f"a schedule's first segment starts at 0, got {self.segments}")
         starts = [start for start, _ in self.segments]
-        if starts != sorted(set(starts)):
-            raise ValueError(f"segment starts must increase, got {starts}")
+        if not starts or starts[0] != 0 or starts != sorted(set(starts)):
+            raise ValueError(f"a schedule's segments start at 0 and increase, got {self.segments}")
         lengths = torch.as_tensor(self.lengths).reshape(-1).to(torch.int64)
         if lengths.numel() != sum(self.sizes):
             raise ValueError(
