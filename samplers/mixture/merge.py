@@ -1,52 +1,59 @@
 """A mixing schedule counted in tokens: each source's draws merged by its tokens over its weight.
 
-Guarantee: with integer token parts ``a_d`` (``A`` their sum, the weight ``w_d = a_d /
-A``), after any prefix of a segment of the stream there is a level ``L`` such that every
-source ``d`` with a positive part has drawn ``X_d`` tokens in the segment with
+Guarantee: with token parts ``a_d`` (integers below ``2**53``; ``w_d = a_d / A``, ``A``
+their sum), after any prefix of a segment of the stream there is a level ``L`` such that
+every source ``d`` with a positive part has drawn ``X_d`` tokens in the segment with
 
-    ``L * w_d <= X_d < L * w_d + max_d + w_d``
+    ``L * w_d <= X_d <= L * w_d + max_d``
 
-(``max_d`` the longest length of source ``d``): each source is within one of its samples
-(and one token) of the same level, so ``|X_d - w_d * X| < max_d + w_d * (1 + sum_e
-max_e)`` with ``X`` the tokens of the prefix. Each source's draws come in its order
-(its ``j``-th draw is item ``j mod n_d`` of its pass ``j // n_d``, as
-:class:`~samplers.mixture.order.MixtureOrder` reads them), so a pass is read once before
-the next begins. A source with a part of 0 is not drawn.
+(``max_d`` the longest length of source ``d``; up to the keys' rounding, a relative
+``2**-52`` of ``L``): each source is within one of its samples of the same level, so
+``|X_d - w_d * X| <= max_d + w_d * (sum of the others' max_e)`` with ``X`` the prefix's
+tokens. Each source's draws come in its order (its ``j``-th draw is item ``j mod n_d``
+of its pass ``j // n_d``, as :class:`~samplers.mixture.order.MixtureOrder` reads them),
+so a pass is read once before the next begins; and with parts proportional to the
+sources' token totals every source's pass ends at the same level, so the first ``sum
+n_d`` positions are every sample once. A source with a part of 0 is not drawn.
 
 How: draw ``y`` of source ``d`` starts after ``T_d(y)`` tokens of that source (the
-lengths of its draws before it, over its passes; ``T_d(C_d) = B_d`` where the segment
-begins) and gets the key ``floor((T_d(y) - B_d) * A / a_d)``; the segment's positions
+lengths of its draws before it, over its passes; ``B_d`` where the segment begins) and
+gets the key ``(T_d(y) - B_d) / a_d``, a double (both are exact below ``2**53``, the
+quotient correctly rounded, so every rank computes the same); the segment's positions
 hold the draws in (key, source, draw) order, a merge of the sources' draws by their
-tokens so far over their weight. At the ``m``-th position the next draw's key ``k`` is
-the level: every source has drawn all its draws with a smaller key, so ``X_d * A / a_d
->= k`` and ``(X_d - its last length) * A / a_d < k + 1``.
+tokens so far over their weight. At any position the next draw's key is the level:
+every source has drawn its draws keyed below it, so ``X_d / a_d`` is at least the level
+and ``(X_d - its last length) / a_d`` at most.
 
 A pass's tokens ``S_d`` are known, so ``T_d(y) = (y // n_d) * S_d + P(y mod n_d)``, with
 ``P`` the prefix sums of the lengths of pass ``y // n_d`` in pass order: only the pass
 the position is in is read, a block of :data:`BLOCK` items at a time, its running sums
 kept every block (``n_d / BLOCK`` integers per pass). Positions read in order (a window
 after the one before) continue from where the last call stopped, O(1) tensor operations
-per position; a position elsewhere finds its level by bisection, reading each source's
-current pass up to its place (O(n_d) per source, once). Exact int64 arithmetic: a
-segment's keys must stay below ``2**63`` (about ``2**63 / A`` tokens per segment);
-``OverflowError`` past them.
+per position; a position elsewhere finds its level by bisection over the doubles,
+reading each source's current pass up to its place (O(n_d) per source, once).
+``OverflowError`` once a source's tokens in a segment pass ``2**53``.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
+import math
+import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import torch
 
 from samplers.mixture.passes import Passes, drawn_items
+from samplers.mixture.schedule import fraction
 
-__all__ = ["BLOCK", "TokenMerge"]
+__all__ = ["BLOCK", "TokenMerge", "token_parts"]
 
 #: Items of a pass read together (and the spacing of the running sums kept per pass).
 BLOCK = 1 << 12
@@ -55,13 +62,42 @@ _CACHED_PASSES = 256
 #: Blocks of lengths kept (the most recently read).
 _CACHED_BLOCKS = 512
 _INT64_MAX = (1 << 63) - 1
+#: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
+_EXACT = 1 << 53
+
+
+def _bits(value: float) -> int:
+    """The bits of a non-negative double, as an integer (they rise with the value)."""
+    return int.from_bytes(struct.pack(">d", value), "big")
+
+
+def _double(bits: int) -> float:
+    """The double of :func:`_bits`."""
+    return float(struct.unpack(">d", bits.to_bytes(8, "big"))[0])
+
+
+def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
+    """Checked ``weights`` as integer parts in the same ratios, exactly (floats read as
+    :func:`~samplers.mixture.schedule.fraction` reads them), without rounding;
+    ``ValueError`` naming the weights when a part would reach ``2**53``."""
+    exact = [fraction(w) for w in weights]
+    common = math.lcm(*(f.denominator for f in exact))
+    values = [int(f * common) for f in exact]
+    divisor = math.gcd(*values)
+    found = tuple(v // divisor for v in values)
+    if max(found) >= _EXACT:
+        raise ValueError(
+            f"weights {list(weights)} in lowest integer terms are {list(found)}: a part of "
+            "2**53 or more is not exact as a double (round the weights)"
+        )
+    return found
 
 
 @dataclass
 class _Derived:
     """What a :class:`TokenMerge` computes from its settings, and its caches."""
 
-    lengths: torch.Tensor
+    read: Callable[[torch.Tensor], torch.Tensor]
     sizes: torch.Tensor
     offsets: list[int]
     offsets_tensor: torch.Tensor
@@ -86,34 +122,45 @@ class TokenMerge:
 
     sizes: tuple[int, ...]
     segments: tuple[tuple[int, tuple[int, ...]], ...]
-    lengths: torch.Tensor = field(repr=False, compare=False)
+    lengths: Any = field(repr=False, compare=False)
     seed: int = 0
     shuffle: bool = True
+    totals: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
     _derived: _Derived = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         starts = [start for start, _ in self.segments]
         if not starts or starts[0] != 0 or starts != sorted(set(starts)):
             raise ValueError(f"a schedule's segments start at 0 and increase, got {self.segments}")
-        lengths = torch.as_tensor(self.lengths).reshape(-1).to(torch.int64)
-        if lengths.numel() != sum(self.sizes):
-            raise ValueError(
-                f"lengths must have one value per sample ({sum(self.sizes)}), got {lengths.numel()}"
-            )
+        if isinstance(self.lengths, torch.Tensor):
+            lengths = self.lengths.reshape(-1).to(torch.int64)
+            if lengths.numel() != sum(self.sizes):
+                raise ValueError(
+                    f"lengths must have one value per sample ({sum(self.sizes)}), got "
+                    f"{lengths.numel()}"
+                )
+            read = functools.partial(torch.index_select, lengths, 0)
+            totals = [int(part.sum()) for part in torch.split(lengths, list(self.sizes))]
+        else:  # a reader of the lengths at indices (HeldLengths), with the totals given
+            read = self.lengths.read
+            if self.totals is None:
+                raise ValueError("totals must be given with a reader of the lengths")
+            totals = list(self.totals)
         sizes = torch.tensor(self.sizes, dtype=torch.int64)
         offsets = sizes.cumsum(0) - sizes
-        totals = [int(part.sum()) for part in torch.split(lengths, list(self.sizes))]
         for _, parts in self.segments:
             if len(parts) != len(self.sizes):
                 raise ValueError(f"parts must have {len(self.sizes)} values, got {parts}")
             for d, (part, total) in enumerate(zip(parts, totals, strict=True)):
+                if part < 0 or part >= _EXACT:
+                    raise ValueError(f"parts must be at least 0 and below 2**53, got {parts}")
                 if part > 0 and total == 0:
                     raise ValueError(
                         f"source {d} has a positive token weight but no tokens (its "
                         f"{self.sizes[d]} lengths sum to 0)"
                     )
         derived = _Derived(
-            lengths, sizes, offsets.tolist(), offsets, totals, Passes(self.sizes, self.seed)
+            read, sizes, offsets.tolist(), offsets, totals, Passes(self.sizes, self.seed)
         )
         object.__setattr__(self, "_derived", derived)
 
@@ -130,7 +177,12 @@ class TokenMerge:
         """This schedule with ``parts`` from ``position`` on (later segments replaced)."""
         kept = tuple(s for s in self.segments if s[0] < position)
         return TokenMerge(
-            self.sizes, (*kept, (position, parts)), self.lengths, self.seed, self.shuffle
+            self.sizes,
+            (*kept, (position, parts)),
+            self.lengths,
+            self.seed,
+            self.shuffle,
+            self.totals,
         )
 
     # Each source's tokens ----------------------------------------------------------------
@@ -148,7 +200,7 @@ class TokenMerge:
         drawn = items + q * n
         source = torch.full_like(drawn, d)
         within = drawn_items(self._derived.passes, self._derived.sizes, self.shuffle, source, drawn)
-        found = self._derived.lengths.index_select(0, within + self._derived.offsets[d])
+        found = self._derived.read(within + self._derived.offsets[d]).to(torch.int64)
         blocks[key] = found
         if len(blocks) > _CACHED_BLOCKS:
             blocks.popitem(last=False)
@@ -210,18 +262,35 @@ class TokenMerge:
         return bases[i]
 
     def _count_below(self, i: int, level: int) -> list[int]:
-        """Each source's draws in segment ``i`` with a key below ``level``."""
+        """Each source's draws in segment ``i`` with a key below the double whose bits
+        are ``level`` (the bits of non-negative doubles rise with them)."""
+        bound = _double(level)
         parts = self.segments[i][1]
-        total = sum(parts)
         counts, tokens = self._base(i)
         found = []
         for d, part in enumerate(parts):
-            if part == 0 or level <= 0:
+            if part == 0 or bound <= 0:
                 found.append(0)
                 continue
-            # key < level  <=>  (T - B) * A < level * a  <=>  T < B + ceil(level * a / A)
-            found.append(self.below(d, tokens[d] - (-level * part // total)) - counts[d])
+            # The least ``m`` whose key ``m / 2a`` is at least the bound: the draws keyed
+            # below it are those with ``2 (T(y) - B) + length < m``.
+            m = max(math.ceil(bound * 2 * part), 1)
+            while m > 1 and (m - 1) / (2 * part) >= bound:
+                m -= 1
+            while m / (2 * part) < bound:
+                m += 1
+            found.append(self._below_middle(d, 2 * tokens[d] + m) - counts[d])
         return found
+
+    def _below_middle(self, d: int, value: int) -> int:
+        """How many of ``d``'s draws have ``T(y) + T(y + 1) < value`` (twice their middle
+        below it): those before the last that starts below half of it, and that one if
+        its middle is."""
+        last = self.below(d, -(-value // 2))  # draws with 2 T(y) < value
+        if last == 0:
+            return 0
+        ends = self.tokens(d, last - 1) + self.tokens(d, last)
+        return last - 1 + (ends < value)
 
     def _counts(self, position: int) -> list[int]:
         """Every source's draws (over the whole stream) before ``position``."""
@@ -244,12 +313,14 @@ class TokenMerge:
         totals = self._derived.totals
         rates = [a * n / t for a, n, t in zip(parts, self.sizes, totals, strict=True) if a]
         per_draw = sum(parts) / sum(rates)  # the tokens a position holds, on average
-        low, below_low = 0, 0
-        high = 2 * int(wanted * per_draw) + 1
+        low, below_low = 0, 0  # the bits of 0.0
+        guess = 2.0 * wanted * per_draw / sum(parts) + 1.0
+        high = _bits(guess)
         below_high = sum(self._count_below(i, high))
         while below_high <= wanted:
             low, below_low = high, below_high
-            high *= 2
+            guess *= 2
+            high = _bits(guess)
             below_high = sum(self._count_below(i, high))
         halve = False
         while high - low > 1:
@@ -266,12 +337,15 @@ class TokenMerge:
                 high, below_high = middle, found
             halve = not halve and 2 * (high - low) > width
         below, at_most = self._count_below(i, low), self._count_below(i, low + 1)
-        left = wanted - sum(below)
-        counts = []
-        for d, (c, more) in enumerate(zip(below, at_most, strict=True)):
-            taken = min(more - c, left)  # the draws keyed ``low``, in source order
-            left -= taken
-            counts.append(base[d] + c + taken)
+        # The draws keyed ``low`` itself, in (pass, source, draw) order, up to ``wanted``.
+        tied = sorted(
+            (y // self.sizes[d], d, y)
+            for d, (c, more) in enumerate(zip(below, at_most, strict=True))
+            for y in range(base[d] + c, base[d] + more)
+        )
+        counts = [b + c for b, c in zip(base, below, strict=True)]
+        for _, d, _ in tied[: wanted - sum(below)]:
+            counts[d] += 1
         return counts
 
     def counts(self, position: int) -> list[int]:
@@ -286,7 +360,6 @@ class TokenMerge:
         left, a quarter more) are keyed, and those keyed below the first draw no source
         fetched are the merge's next positions."""
         parts = self.segments[i][1]
-        total = sum(parts)
         cursor = self._derived.cursor
         if cursor is not None and cursor[0] == i and cursor[1] == start:
             counts, tokens = list(cursor[2]), list(cursor[3])
@@ -298,15 +371,16 @@ class TokenMerge:
         rates = [parts[d] * self.sizes[d] / self._derived.totals[d] for d in active]
         shares = torch.tensor([rate / sum(rates) for rate in rates], dtype=torch.float64)
         owners = torch.tensor(active, dtype=torch.int64)
-        divisors = torch.tensor([parts[d] for d in active], dtype=torch.int64)
+        divisors = torch.tensor([2 * parts[d] for d in active], dtype=torch.float64)
         at = torch.tensor([counts[d] for d in active], dtype=torch.int64)
         so_far = torch.tensor([tokens[d] - base_tokens[d] for d in active], dtype=torch.int64)
-        lengths_of, offsets = self._derived.lengths, self._derived.offsets_tensor
+        read, offsets = self._derived.read, self._derived.offsets_tensor
         sources: list[torch.Tensor] = []
         draws: list[torch.Tensor] = []
         left, spare = size, 1.25
         while left > 0:
-            fetch = (shares * (left * spare)).to(torch.int64) + 8
+            # Each source's next draws, and one more: the first not taken this round.
+            fetch = (shares * (left * spare)).to(torch.int64) + 9
             owner = torch.repeat_interleave(owners, fetch)
             first = torch.cumsum(fetch, 0) - fetch
             place = torch.arange(owner.numel()) - torch.repeat_interleave(first, fetch)
@@ -314,37 +388,39 @@ class TokenMerge:
             within = drawn_items(
                 self._derived.passes, self._derived.sizes, self.shuffle, owner, number
             )
-            length = lengths_of.index_select(0, within + offsets.index_select(0, owner))
+            length = read(within + offsets.index_select(0, owner)).to(torch.int64)
             running = torch.cumsum(length, 0)
-            ends = running.index_select(0, torch.cumsum(fetch, 0) - 1)
-            sums = ends - torch.cat([ends.new_zeros(1), ends[:-1]])  # each source's fetched
-            after = so_far + sums
-            if int(after.max()) > _INT64_MAX // total:
+            begin = running - length  # each draw's start, from the first fetched's
+            begin -= torch.repeat_interleave(begin.index_select(0, first), fetch)
+            begin += torch.repeat_interleave(so_far, fetch)
+            if int(begin.max()) >= _EXACT // 4:
                 raise OverflowError(
                     f"a source's tokens in the segment from position {self.segments[i][0]} "
-                    f"({int(after.max())}) times the parts' sum ({total}) pass 2**63"
+                    f"({int(begin.max())}) pass 2**51: its keys would not be exact"
                 )
-            begin = (
-                running
-                - length
-                - torch.repeat_interleave(
-                    running.index_select(0, first) - length.index_select(0, first), fetch
-                )
+            key = (2 * begin + length).to(torch.float64) / torch.repeat_interleave(divisors, fetch)
+            passes = number.div(self._derived.sizes.index_select(0, owner), rounding_mode="floor")
+            last = first + fetch - 1
+            # The limit: the least (key, pass, source) of the draws not taken.
+            at_last = torch.stack(
+                [key.index_select(0, last), passes.index_select(0, last).to(torch.float64)]
             )
-            key = torch.div(
-                (begin + torch.repeat_interleave(so_far, fetch)) * total,
-                torch.repeat_interleave(divisors, fetch),
-                rounding_mode="floor",
-            )
-            next_key = torch.div(after * total, divisors, rounding_mode="floor")
-            limit = int(torch.argmin(next_key))  # the first minimum: the lowest source
-            below = (key < next_key[limit]) | ((key == next_key[limit]) & (owner < owners[limit]))
+            lowest = int(torch.argmin(at_last[0]))
+            tied = (at_last[0] == at_last[0, lowest]).nonzero().squeeze(1)
+            limit = int(last[tied[int(torch.argmin(at_last[1].index_select(0, tied)))]])
+            lk, lp, ls = key[limit], passes[limit], owner[limit]
+            below = (key < lk) | ((key == lk) & ((passes < lp) | ((passes == lp) & (owner < ls))))
             chosen = torch.nonzero(below).squeeze(1)
             if chosen.numel() == 0:
                 spare *= 2
                 continue
-            order = chosen.index_select(
-                0, torch.sort(key.index_select(0, chosen), stable=True).indices[:left]
+            # In (key, pass, source, draw) order: the candidates are in (source, draw)
+            # order, sorted stably by pass and then by key.
+            by_pass = chosen.index_select(
+                0, torch.sort(passes.index_select(0, chosen), stable=True).indices
+            )
+            order = by_pass.index_select(
+                0, torch.sort(key.index_select(0, by_pass), stable=True).indices[:left]
             )
             sources.append(owner.index_select(0, order))
             draws.append(number.index_select(0, order))
@@ -405,7 +481,3 @@ class TokenMerge:
             source.copy_(found_source.index_select(0, inverse))
             drawn.copy_(found_drawn.index_select(0, inverse))
             return source, drawn
-
-    def draw_lengths(self, sources: Sequence[int], drawn: Sequence[int]) -> list[int]:
-        """The lengths of the given draws (for checks)."""
-        return [int(self._lengths(d, y, 1)[0]) for d, y in zip(sources, drawn, strict=True)]

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from samplers.cycle_walk import _BLOCK
+from samplers.mixture.merge import TokenMerge
 from samplers.mixture.passes import Passes, drawn_items, source_seed
 from samplers.mixture.schedule import Schedule
 from samplers.plan import Order
@@ -47,7 +48,7 @@ class MixtureOrder(Order):
     first_chunk = 1 << 7
 
     sizes: tuple[int, ...]
-    schedule: Schedule
+    schedule: Schedule | TokenMerge
     seed: int
     shuffle: bool
     epoch: int

@@ -27,10 +27,14 @@ from samplers.mixture.checks import (
     is_int,
     stream_epoch,
 )
+from samplers.mixture.merge import TokenMerge
 from samplers.mixture.order import MixtureOrder
 from samplers.mixture.schedule import Schedule, parts
 from samplers.options import Tail
 from samplers.plan import Batched, EpochPlan, Layout, ShardSizes, Strided
+
+#: A stream's schedule: by draws, or merged by tokens.
+Mixing = Schedule | TokenMerge
 
 __all__ = ["DistributedMixtureBatchSampler", "DistributedMixtureSampler"]
 
@@ -46,7 +50,7 @@ class _Mixture(SamplerCore):
     dataset: ConcatDataset[Any]
     sizes: tuple[int, ...]
     epoch_length: int
-    schedule: Schedule
+    schedule: Mixing
 
     def _init_mixture(
         self,
@@ -77,7 +81,7 @@ class _Mixture(SamplerCore):
         self.seed = consistency.seed_or_agreed(seed)
         self.permutation = "feistel"
         self.epoch = 0
-        self.schedule = Schedule.of(self._parts(self.weights))
+        self.schedule = self._schedule_of(((0, self._parts(self.weights)),))
         #: Weights set during an iteration, applied where it stops (see :meth:`set_weights`).
         self._pending_weights: tuple[tuple[Any, ...], tuple[int, ...]] | None = None
         self._init_core(auto_epoch)
@@ -87,6 +91,10 @@ class _Mixture(SamplerCore):
     def _parts(self, weights: tuple[float | int | Fraction, ...]) -> tuple[int, ...]:
         """The schedule's integer parts (per sample) for checked ``weights``."""
         return parts(weights)
+
+    def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> Mixing:
+        """The stream's schedule over ``segments`` (each a start position and its parts)."""
+        return Schedule(segments)
 
     def _reweight_position(self, position: int) -> int:
         """The stream position new weights take effect from, ``set_weights`` being called
@@ -256,7 +264,8 @@ class _Mixture(SamplerCore):
         rest = dict(state_dict)
         if SCHEDULE_FIELD not in rest:
             raise ValueError(f"state field {SCHEDULE_FIELD!r} is missing (not a mixture's state?)")
-        schedule = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
+        decoded = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
+        schedule = self._schedule_of(decoded.segments)
         saved_length = rest.get("dataset_length")
         if is_int(saved_length) and saved_length != self.epoch_length:
             raise ValueError(

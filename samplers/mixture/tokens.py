@@ -17,6 +17,7 @@ from typing import Any
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
+from samplers.mixture.merge import TokenMerge, token_parts
 from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import fraction, parts
 from samplers.options import Tail
@@ -27,7 +28,7 @@ from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedMixtureTokenBatchSampler", "sample_parts"]
+__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "sample_parts"]
 
 
 def sample_parts(
@@ -49,30 +50,65 @@ def sample_parts(
     return parts(rates)
 
 
+#: The state field saying how the stream of a mixture whose weights count tokens is mixed.
+MIXING_FIELD = "mixing"
+#: Its value: the draws merged by tokens over weight (:class:`TokenMerge`).
+MERGED = "merged by tokens"
+
+
+def refuse_rate_state(sampler: Any, state_dict: Any) -> None:
+    """``ValueError`` naming :data:`MIXING_FIELD` for a state of ``sampler``'s kind saved
+    by a version that drew token weights at rates over the mean lengths (another stream:
+    no position of it can be continued by the merge)."""
+    if (
+        isinstance(state_dict, dict)
+        and state_dict.get("sampler") == type(sampler).__name__
+        and MIXING_FIELD not in state_dict
+    ):
+        raise ValueError(
+            f"state field {MIXING_FIELD!r} is missing: a state of an earlier version, which "
+            "drew each source at its token weight over its mean length; this version merges "
+            "the draws by their tokens (another stream), so the saved position cannot be "
+            "continued (resume with the version that saved it, or start again)"
+        )
+
+
+def draw_shares(
+    token_parts: Sequence[int | Fraction], sizes: tuple[int, ...], tokens: tuple[int, ...]
+) -> tuple[Fraction, ...]:
+    """Each source's expected share of the draws under token parts: its part over its
+    mean length (``tokens[d] / sizes[d]``), normalised."""
+    rates = [
+        Fraction(a) * n / t if a else Fraction(0)
+        for a, n, t in zip(token_parts, sizes, tokens, strict=True)
+    ]
+    return tuple(rate / sum(rates) for rate in rates)
+
+
 class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler):
     """Batches under a token budget from several datasets mixed by weight counted in
     tokens, the same number of batches on every rank.
 
     Guarantees (over all ranks together, whatever the world size):
 
-    * **proportions in tokens on average, exact in draws**: source ``d`` is drawn at the
-      rate ``p_d`` proportional to its token weight over its mean length ``mean_d``
-      (:attr:`proportions`), so its expected share of the tokens is its weight
-      (:attr:`token_proportions` gives the exact share, the rates being rounded to
-      multiples of 1/65536 at most). The stream of draws is prefix-exact (as
-      :class:`DistributedMixtureSampler`): after ``k`` positions each source has ``c_d``
-      draws, ``|c_d - k * p_d| < 1``. Its tokens are exact at the end of each of its
-      passes (a pass holds all its tokens) and in between off by what part of a
-      shuffled pass is: at every prefix of the stream, source ``d``'s tokens are within
-      ``mean_d + n_d * (max_d - min_d) / 4`` of ``k * p_d * mean_d`` (``n_d`` its size,
-      ``min_d``/``max_d`` its shortest and longest length). The batches hand out the
-      stream a **window** at a time, each window sorted by length and cut (as the token
-      sampler's), so after any step the bound holds plus the tokens of the part of one
-      window handed out (at most ``window * max_d``). Not per step: a step's batches
-      are neighbours in a window sorted by length and can come from one source.
+    * **proportions in tokens at every prefix of the stream**: the stream merges the
+      sources' draws by their tokens so far over their weight
+      (:class:`~samplers.mixture.merge.TokenMerge`), so after any prefix of it there is
+      a level ``L`` with every source ``d`` within half of its longest sample of ``L *
+      w_d`` tokens (``w_d`` its weight's share, :attr:`token_proportions`, exact), and
+      ``|X_d - w_d * X| <= (max_d + w_d * (sum of the others' max_e)) / 2`` for its
+      tokens ``X_d`` of the prefix's ``X`` (up to the keys' rounding, a relative
+      ``2**-52``). Its draws follow: :attr:`proportions` gives each source's expected
+      share of them (its weight over its mean length), not an exact one. With weights
+      proportional to the sources' token totals every pass ends at the same level, so an
+      epoch of the default length is every sample exactly once. The batches hand out
+      the stream a **window** at a time, each window sorted by length and cut (as the
+      token sampler's), so after any step the bound holds plus the tokens of the part
+      of one window handed out (at most ``window * max_d``). Not per step: a step's
+      batches are neighbours in a window sorted by length and can come from one source.
       Measured in tests/test_mixture_tokens.py (3 sources, mean lengths 25 to 1045, 4
       ranks, window 1125): the token shares' largest deviation from the weights over
-      prefixes of a window or more is 0.088 (0.037 in the second epoch), per step 0.70;
+      prefixes of a window or more is 0.121 (0.031 in the second epoch), per step 0.70;
     * **once per pass**: each source is read in passes, each a shuffle seeded from
       ``(seed, source, pass)``; each window holds exactly the stream's draws there, so a
       sample is handed out twice only in two passes of its source;
@@ -202,7 +238,18 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
                     "a source without tokens cannot be given a share of the tokens (give it "
                     "weight 0)"
                 )
-        return sample_parts(weights, self.sizes, self.source_tokens)
+        return token_parts(weights)
+
+    def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> TokenMerge:
+        """The sources' draws merged by their tokens over their weight (:class:`TokenMerge`)."""
+        return TokenMerge(
+            self.sizes,
+            segments,
+            self._held,
+            checks.seed(self.seed),
+            checks.as_flag("shuffle", self.shuffle),
+            self.source_tokens,
+        )
 
     def set_weights(self, weights: Any) -> None:
         """Share the **tokens** in proportion to ``weights`` from the next window boundary
@@ -230,17 +277,22 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         """Each source's expected share of the tokens from the current position on: its
         share of the draws (:attr:`proportions`) times its mean length, normalised."""
         current = self.schedule.segments[-1][1]
-        shares = [
-            Fraction(a * t, n)
-            for a, t, n in zip(current, self.source_tokens, self.sizes, strict=True)
-        ]
-        total = sum(shares)
-        return tuple(share / total for share in shares)
+        return tuple(Fraction(a, sum(current)) for a in current)
+
+    @property
+    def proportions(self) -> tuple[Fraction, ...]:
+        """Each source's expected share of the draws from the current position on: its
+        token weight over its mean length, normalised."""
+        pending = self._pending_weights
+        current = self.schedule.segments[-1][1] if pending is None else pending[1]
+        return draw_shares(current, self.sizes, self.source_tokens)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As :meth:`DistributedMixtureSampler.load_state_dict`, and the state must be of
         the same lengths, ``max_tokens``, cost and window (each refused naming the field);
-        :attr:`weights` become the exact token shares the loaded schedule draws."""
+        :attr:`weights` become the exact token shares the loaded schedule draws. A state
+        of a version before the merge by tokens is refused naming its missing field."""
+        refuse_rate_state(self, state_dict)
         super().load_state_dict(state_dict)
         self.weights = self.token_proportions
 
@@ -282,6 +334,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         return {
             **_Mixture._order_fields(self),
             **DistributedTokenBatchSampler._order_fields(self),
+            MIXING_FIELD: MERGED,
         }
 
     def __repr__(self) -> str:
