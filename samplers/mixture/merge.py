@@ -64,6 +64,9 @@ _CACHED_BLOCKS = 512
 _INT64_MAX = (1 << 63) - 1
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
 _EXACT = 1 << 53
+#: Weights whose exact parts do not fit below :data:`_EXACT` are rounded to parts of about
+#: this sum.
+_ROUNDED = 1 << 40
 
 
 def _bits(value: float) -> int:
@@ -77,20 +80,19 @@ def _double(bits: int) -> float:
 
 
 def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
-    """Checked ``weights`` as integer parts in the same ratios, exactly (floats read as
-    :func:`~samplers.mixture.schedule.fraction` reads them), without rounding;
-    ``ValueError`` naming the weights when a part would reach ``2**53``."""
+    """Checked ``weights`` as integer parts in the same ratios: exactly (floats read as
+    :func:`~samplers.mixture.schedule.fraction` reads them) when every part is below
+    ``2**53``; else rounded to parts summing to about ``2**40`` (a positive weight never
+    to 0), each ratio then within about ``2**-40`` of the weights'."""
     exact = [fraction(w) for w in weights]
     common = math.lcm(*(f.denominator for f in exact))
     values = [int(f * common) for f in exact]
     divisor = math.gcd(*values)
     found = tuple(v // divisor for v in values)
-    if max(found) >= _EXACT:
-        raise ValueError(
-            f"weights {list(weights)} in lowest integer terms are {list(found)}: a part of "
-            "2**53 or more is not exact as a double (round the weights)"
-        )
-    return found
+    if max(found) < _EXACT:
+        return found
+    total = sum(exact)
+    return tuple(max(round(f / total * _ROUNDED), 1) if f else 0 for f in exact)
 
 
 @dataclass
