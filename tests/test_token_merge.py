@@ -87,14 +87,19 @@ def _fresh(mixture: TokenMerge) -> TokenMerge:
     )
 
 
-@given(_mixtures(), st.sampled_from([1, 2, 3, 7, 4096]), st.data())
+@given(
+    _mixtures(), st.sampled_from([1, 2, 3, 7, 4096]), st.sampled_from([0, 5, 1 << 22]), st.data()
+)
 def test_positions_are_the_merge_of_the_sources_by_tokens_over_weight(
-    case: tuple[TokenMerge, int], block: int, data: Any
+    case: tuple[TokenMerge, int], block: int, forward: int, data: Any
 ) -> None:
+    """Read in order, and anywhere: by merging on from the last run (or the segment's
+    start) up to ``forward`` positions ahead, by bisection over the levels past that."""
     mixture, positions = case
     expected = _reference(mixture, positions)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(merge, "BLOCK", block)
+        patch.setattr(merge, "_FORWARD", forward)
         source, drawn = mixture.locate(torch.arange(positions))
         assert list(zip(source.tolist(), drawn.tolist(), strict=True)) == expected
         # Anywhere, in any order, from a schedule that computed nothing before.
@@ -153,7 +158,11 @@ def test_each_source_draws_in_its_order_across_segments(case: tuple[TokenMerge, 
         assert drawn[source == d].tolist() == list(range(int((source == d).sum())))
 
 
-def test_a_large_mixture_read_in_windows_is_read_anywhere_alike() -> None:
+@pytest.mark.parametrize("forward", [0, 1 << 22])
+def test_a_large_mixture_read_in_windows_is_read_anywhere_alike(
+    monkeypatch: pytest.MonkeyPatch, forward: int
+) -> None:
+    monkeypatch.setattr(merge, "_FORWARD", forward)
     generator = torch.Generator().manual_seed(0)
     sizes = tuple(torch.randint(1, 3000, (40,), generator=generator).tolist())
     lengths = torch.randint(0, 500, (sum(sizes),), generator=generator)

@@ -64,6 +64,8 @@ _CACHED_BLOCKS = 512
 _INT64_MAX = (1 << 63) - 1
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
 _EXACT = 1 << 53
+#: A position at most this far past the last run is reached by merging on to it.
+_FORWARD = 1 << 22
 #: Weights whose exact parts do not fit below :data:`_EXACT` are rounded to parts of about
 #: this sum.
 _ROUNDED = 1 << 40
@@ -113,6 +115,8 @@ class _Derived:
     bases: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     #: (segment, position, counts, tokens) where the last run ended.
     cursor: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
+    #: The last run: (segment, start, counts there, its sources), for counts inside it.
+    last_run: tuple[int, int, tuple[int, ...], torch.Tensor] | None = None
     lock: Any = field(default_factory=threading.RLock)
 
 
@@ -304,6 +308,19 @@ class TokenMerge:
         cursor = self._derived.cursor
         if cursor is not None and cursor[0] == i and cursor[1] == position:
             return list(cursor[2])
+        run = self._derived.last_run
+        if run is not None and run[0] == i and run[1] <= position <= run[1] + run[3].numel():
+            inside = torch.bincount(run[3][: position - run[1]], minlength=len(self.sizes))
+            return [c + int(k) for c, k in zip(run[2], inside.tolist(), strict=True)]
+        # Near enough past the last run (or the segment's start): merge on to it.
+        begin = start
+        if cursor is not None and cursor[0] == i and cursor[1] < position:
+            begin = cursor[1]
+        if 0 < position - begin <= _FORWARD:
+            self._run(i, begin, position - begin)
+            reached = self._derived.cursor
+            assert reached is not None
+            return list(reached[2])
         base, _ = self._base(i)
         wanted = position - start
         if wanted == 0:
@@ -442,7 +459,9 @@ class TokenMerge:
             counts_now[d] = int(at[k])
             tokens_now[d] = int(so_far[k]) + base_tokens[d]
         self._derived.cursor = (i, start + size, tuple(counts_now), tuple(tokens_now))
-        return torch.cat(sources), torch.cat(draws)
+        found = torch.cat(sources)
+        self._derived.last_run = (i, start, tuple(counts), found)
+        return found, torch.cat(draws)
 
     def _lengths(self, d: int, first: int, count: int) -> torch.Tensor:
         """The lengths of source ``d``'s draws ``[first, first + count)``."""
