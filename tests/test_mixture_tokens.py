@@ -458,3 +458,13 @@ def test_a_state_saved_before_the_merge_by_tokens_is_refused_naming_the_field() 
     del state["mixing"]
     with pytest.raises(ValueError, match="state field 'mixing' is missing"):
         ranks(2)[1].load_state_dict(state)
+
+
+def test_a_seed_or_shuffle_set_after_building_reaches_the_merge_as_the_passes() -> None:
+    """The merge reads each source's passes: a seed or shuffle changed on the sampler is
+    the one it merges over, as if the sampler had been built with it."""
+    (changed,) = ranks(1)
+    changed.seed, changed.shuffle = 11, False
+    (built,) = ranks(1, seed=11, shuffle=False)
+    assert list(changed) == list(built)
+    assert changed.order().stream.schedule.seed == 11

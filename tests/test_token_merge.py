@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import samplers.mixture.merge as merge
 from samplers.mixture.merge import TokenMerge
 from samplers.mixture.passes import Passes, drawn_items
+from samplers.mixture.tokens import token_parts
 
 
 def _reference(mixture: TokenMerge, positions: int) -> list[tuple[int, int]]:
@@ -206,10 +207,10 @@ def test_what_cannot_be_merged_is_refused_naming_it() -> None:
 
 
 def test_token_parts_are_exact_when_they_fit_and_rounded_finely_otherwise() -> None:
-    assert merge.token_parts([0.6, 0.3, 0.1]) == (6, 3, 1)
-    assert merge.token_parts([10**12, 3 * 10**12, 0]) == (1, 3, 0)
+    assert token_parts([0.6, 0.3, 0.1]) == (6, 3, 1)
+    assert token_parts([10**12, 3 * 10**12, 0]) == (1, 3, 0)
     weights = [0.05612329752074041, 0.8700101551766398, 1e-9, 0.5699993338763802]
-    found = merge.token_parts(weights)
+    found = token_parts(weights)
     assert sum(found) == pytest.approx(1 << 40, rel=1e-9) and min(found) >= 1
     for part, weight in zip(found, weights, strict=True):
         assert part / sum(found) == pytest.approx(weight / sum(weights), rel=1e-3, abs=2**-40)

@@ -43,17 +43,16 @@ import math
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import torch
 
 from samplers.mixture.passes import Passes, drawn_items
-from samplers.mixture.schedule import fraction
+from samplers.mixture.schedule import Schedule
 
-__all__ = ["BLOCK", "TokenMerge", "token_parts"]
+__all__ = ["BLOCK", "EXACT", "Mixing", "TokenMerge", "over_passes"]
 
 #: Items of a pass read together (and the spacing of the running sums kept per pass).
 BLOCK = 1 << 12
@@ -63,12 +62,9 @@ _CACHED_PASSES = 256
 _CACHED_BLOCKS = 512
 _INT64_MAX = (1 << 63) - 1
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
-_EXACT = 1 << 53
+EXACT = 1 << 53
 #: A position at most this far past the last run is reached by merging on to it.
 _FORWARD = 1 << 22
-#: Weights whose exact parts do not fit below :data:`_EXACT` are rounded to parts of about
-#: this sum.
-_ROUNDED = 1 << 40
 
 
 def _bits(value: float) -> int:
@@ -79,22 +75,6 @@ def _bits(value: float) -> int:
 def _double(bits: int) -> float:
     """The double of :func:`_bits`."""
     return float(struct.unpack(">d", bits.to_bytes(8, "big"))[0])
-
-
-def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
-    """Checked ``weights`` as integer parts in the same ratios: exactly (floats read as
-    :func:`~samplers.mixture.schedule.fraction` reads them) when every part is below
-    ``2**53``; else rounded to parts summing to about ``2**40`` (a positive weight never
-    to 0), each ratio then within about ``2**-40`` of the weights'."""
-    exact = [fraction(w) for w in weights]
-    common = math.lcm(*(f.denominator for f in exact))
-    values = [int(f * common) for f in exact]
-    divisor = math.gcd(*values)
-    found = tuple(v // divisor for v in values)
-    if max(found) < _EXACT:
-        return found
-    total = sum(exact)
-    return tuple(max(round(f / total * _ROUNDED), 1) if f else 0 for f in exact)
 
 
 @dataclass
@@ -158,7 +138,7 @@ class TokenMerge:
             if len(parts) != len(self.sizes):
                 raise ValueError(f"parts must have {len(self.sizes)} values, got {parts}")
             for d, (part, total) in enumerate(zip(parts, totals, strict=True)):
-                if part < 0 or part >= _EXACT:
+                if part < 0 or part >= EXACT:
                     raise ValueError(f"parts must be at least 0 and below 2**53, got {parts}")
                 if part > 0 and total == 0:
                     raise ValueError(
@@ -178,6 +158,12 @@ class TokenMerge:
         for key, value in state.items():
             object.__setattr__(self, key, value)
         self.__post_init__()
+
+    def with_passes(self, seed: int, shuffle: bool) -> TokenMerge:
+        """This schedule, or the same one over the passes of ``seed`` and ``shuffle``."""
+        if (seed, shuffle) == (self.seed, self.shuffle):
+            return self
+        return TokenMerge(self.sizes, self.segments, self.lengths, seed, shuffle, self.totals)
 
     def changed(self, position: int, parts: tuple[int, ...]) -> TokenMerge:
         """This schedule with ``parts`` from ``position`` on (later segments replaced)."""
@@ -412,7 +398,7 @@ class TokenMerge:
             begin = running - length  # each draw's start, from the first fetched's
             begin -= torch.repeat_interleave(begin.index_select(0, first), fetch)
             begin += torch.repeat_interleave(so_far, fetch)
-            if int(begin.max()) >= _EXACT // 4:
+            if int(begin.max()) >= EXACT // 4:
                 raise OverflowError(
                     f"a source's tokens in the segment from position {self.segments[i][0]} "
                     f"({int(begin.max())}) pass 2**51: its keys would not be exact"
@@ -502,3 +488,12 @@ class TokenMerge:
             source.copy_(found_source.index_select(0, inverse))
             drawn.copy_(found_drawn.index_select(0, inverse))
             return source, drawn
+
+
+#: A stream's schedule: by draws, or merged by tokens.
+Mixing = Schedule | TokenMerge
+
+
+def over_passes(schedule: Mixing, seed: int, shuffle: bool) -> Mixing:
+    """``schedule``, a merge by tokens over the passes of ``seed`` and ``shuffle``."""
+    return schedule.with_passes(seed, shuffle) if isinstance(schedule, TokenMerge) else schedule

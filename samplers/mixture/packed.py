@@ -22,10 +22,16 @@ import torch
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
-from samplers.mixture.merge import TokenMerge, token_parts
-from samplers.mixture.sampler import Mixing, _Mixture
+from samplers.mixture.merge import Mixing, TokenMerge
+from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import parts
-from samplers.mixture.tokens import MERGED, MIXING_FIELD, draw_shares, refuse_rate_state
+from samplers.mixture.tokens import (
+    MERGED,
+    MIXING_FIELD,
+    draw_shares,
+    refuse_rate_state,
+    token_parts,
+)
 from samplers.options import Tail
 from samplers.plan import EpochPlan
 from samplers.tokens.checks import choice, lengths_tensor, token_tail

@@ -11,13 +11,14 @@ checks are the mixture samplers'.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
-from samplers.mixture.merge import TokenMerge, token_parts
+from samplers.mixture.merge import EXACT, TokenMerge
 from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import fraction, parts
 from samplers.options import Tail
@@ -28,7 +29,7 @@ from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "sample_parts"]
+__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "sample_parts", "token_parts"]
 
 
 def sample_parts(
@@ -48,6 +49,27 @@ def sample_parts(
         exact = fraction(w) if w else Fraction(0)
         rates.append(Fraction(exact.numerator * n, exact.denominator * t) if w else exact)
     return parts(rates)
+
+
+#: Weights whose exact parts do not fit below :data:`~samplers.mixture.merge.EXACT` are
+#: rounded to parts of about this sum.
+_ROUNDED = 1 << 40
+
+
+def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
+    """Checked ``weights`` as integer parts in the same ratios: exactly (floats read as
+    :func:`~samplers.mixture.schedule.fraction` reads them) when every part is below
+    ``2**53``; else rounded to parts summing to about ``2**40`` (a positive weight never
+    to 0), each ratio then within about ``2**-40`` of the weights'."""
+    exact = [fraction(w) for w in weights]
+    common = math.lcm(*(f.denominator for f in exact))
+    values = [int(f * common) for f in exact]
+    divisor = math.gcd(*values)
+    found = tuple(v // divisor for v in values)
+    if max(found) < EXACT:
+        return found
+    total = sum(exact)
+    return tuple(max(round(f / total * _ROUNDED), 1) if f else 0 for f in exact)
 
 
 #: The state field saying how the stream of a mixture whose weights count tokens is mixed.
