@@ -128,7 +128,7 @@ class TokenMerge:
             read = functools.partial(torch.index_select, lengths, 0)
             totals = [int(part.sum()) for part in torch.split(lengths, list(self.sizes))]
         else:  # a reader of the lengths at indices (HeldLengths), with the totals given
-            read = self.lengths.read
+            read = getattr(self.lengths, "peek", self.lengths.read)
             if self.totals is None:
                 raise ValueError("totals must be given with a reader of the lengths")
             totals = list(self.totals)
