@@ -60,7 +60,6 @@ BLOCK = 1 << 12
 _CACHED_PASSES = 256
 #: Blocks of lengths kept (the most recently read).
 _CACHED_BLOCKS = 512
-_INT64_MAX = (1 << 63) - 1
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
 EXACT = 1 << 53
 #: A position at most this far past the last run is reached by merging on to it.

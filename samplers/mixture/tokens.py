@@ -20,7 +20,7 @@ from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
 from samplers.mixture.merge import EXACT, TokenMerge
 from samplers.mixture.sampler import _Mixture
-from samplers.mixture.schedule import fraction, parts
+from samplers.mixture.schedule import fraction
 from samplers.options import Tail
 from samplers.plan import EpochPlan
 from samplers.tokens.checks import lengths_tensor, token_tail, warn_over_budget
@@ -29,26 +29,7 @@ from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "sample_parts", "token_parts"]
-
-
-def sample_parts(
-    weights: Sequence[float | int | Fraction], sizes: tuple[int, ...], tokens: tuple[int, ...]
-) -> tuple[int, ...]:
-    """The schedule's parts per sample for checked token ``weights``: source ``d`` drawn at
-    the rate ``w_d / mean_d``, its mean length ``tokens[d] / sizes[d]``, exactly (as
-    fractions, floats read as :func:`~samplers.mixture.schedule.parts` reads them), then
-    reduced by :func:`~samplers.mixture.schedule.parts`, which rounds only the rates
-    (to multiples of 1/65536 of the draws when their common denominator is larger). A
-    source with weight but no tokens has no rate: the caller refuses it.
-
-    The weights are not rounded on their own first: token weights proportional to the
-    token totals give rates proportional to the sizes, exactly, whatever the totals."""
-    rates = []
-    for w, n, t in zip(weights, sizes, tokens, strict=True):
-        exact = fraction(w) if w else Fraction(0)
-        rates.append(Fraction(exact.numerator * n, exact.denominator * t) if w else exact)
-    return parts(rates)
+__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "token_parts"]
 
 
 #: Weights whose exact parts do not fit below :data:`~samplers.mixture.merge.EXACT` are
