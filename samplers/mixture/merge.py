@@ -64,6 +64,8 @@ _CACHED_BLOCKS = 512
 EXACT = 1 << 53
 #: A position at most this far past the last run is reached by merging on to it.
 _FORWARD = 1 << 22
+#: Each round fetches this times a source's share of the positions left (and 9 more).
+_SPARE = 1.25
 
 
 def _bits(value: float) -> int:
@@ -357,12 +359,13 @@ class TokenMerge:
         with self._derived.lock:
             return self._counts(position)
 
-    def _run(self, i: int, start: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sources and draw numbers of positions ``[start, start + size)`` of segment ``i``,
-        the merge continued from the counts at ``start``, a round of tensor operations
-        at a time: each source's next draws (about as many as its share of the positions
-        left, a quarter more) are keyed, and those keyed below the first draw no source
-        fetched are the merge's next positions."""
+    def _run(self, i: int, start: int, size: int) -> tuple[torch.Tensor, ...]:
+        """Sources, draw numbers and items (each draw's index in its source) of positions
+        ``[start, start + size)`` of segment ``i``, the merge continued from the counts
+        at ``start``, a round of tensor operations at a time: each source's next draws
+        (about as many as its share of the positions left, a little more) are keyed, and
+        those keyed below the first draw no source fetched are the merge's next
+        positions."""
         parts = self.segments[i][1]
         cursor = self._derived.cursor
         if cursor is not None and cursor[0] == i and cursor[1] == start:
@@ -379,24 +382,20 @@ class TokenMerge:
         at = torch.tensor([counts[d] for d in active], dtype=torch.int64)
         so_far = torch.tensor([tokens[d] - base_tokens[d] for d in active], dtype=torch.int64)
         read, offsets = self._derived.read, self._derived.offsets_tensor
-        sources: list[torch.Tensor] = []
-        draws: list[torch.Tensor] = []
-        left, spare = size, 1.25
+        found: list[tuple[torch.Tensor, ...]] = []
+        left, spare = size, _SPARE
         while left > 0:
             # Each source's next draws, and one more: the first not taken this round.
             fetch = (shares * (left * spare)).to(torch.int64) + 9
             owner = torch.repeat_interleave(owners, fetch)
             first = torch.cumsum(fetch, 0) - fetch
-            place = torch.arange(owner.numel()) - torch.repeat_interleave(first, fetch)
-            number = place + torch.repeat_interleave(at, fetch)
+            number = torch.arange(owner.numel()) + torch.repeat_interleave(at - first, fetch)
             within = drawn_items(
                 self._derived.passes, self._derived.sizes, self.shuffle, owner, number
             )
             length = read(within + offsets.index_select(0, owner)).to(torch.int64)
-            running = torch.cumsum(length, 0)
-            begin = running - length  # each draw's start, from the first fetched's
-            begin -= torch.repeat_interleave(begin.index_select(0, first), fetch)
-            begin += torch.repeat_interleave(so_far, fetch)
+            begin = torch.cumsum(length, 0) - length  # each draw's start, from the first's
+            begin += torch.repeat_interleave(so_far - begin.index_select(0, first), fetch)
             if int(begin.max()) >= EXACT // 4:
                 raise OverflowError(
                     f"a source's tokens in the segment from position {self.segments[i][0]} "
@@ -406,12 +405,9 @@ class TokenMerge:
             passes = number.div(self._derived.sizes.index_select(0, owner), rounding_mode="floor")
             last = first + fetch - 1
             # The limit: the least (key, pass, source) of the draws not taken.
-            at_last = torch.stack(
-                [key.index_select(0, last), passes.index_select(0, last).to(torch.float64)]
-            )
-            lowest = int(torch.argmin(at_last[0]))
-            tied = (at_last[0] == at_last[0, lowest]).nonzero().squeeze(1)
-            limit = int(last[tied[int(torch.argmin(at_last[1].index_select(0, tied)))]])
+            last_key, last_pass = key.index_select(0, last), passes.index_select(0, last)
+            tied = (last_key == last_key.min()).nonzero().squeeze(1)
+            limit = int(last[tied[int(torch.argmin(last_pass.index_select(0, tied)))]])
             lk, lp, ls = key[limit], passes[limit], owner[limit]
             below = (key < lk) | ((key == lk) & ((passes < lp) | ((passes == lp) & (owner < ls))))
             chosen = torch.nonzero(below).squeeze(1)
@@ -419,34 +415,29 @@ class TokenMerge:
                 spare *= 2
                 continue
             # In (key, pass, source, draw) order: the candidates are in (source, draw)
-            # order, sorted stably by pass and then by key.
-            by_pass = chosen.index_select(
-                0, torch.sort(passes.index_select(0, chosen), stable=True).indices
-            )
-            order = by_pass.index_select(
-                0, torch.sort(key.index_select(0, by_pass), stable=True).indices[:left]
-            )
-            sources.append(owner.index_select(0, order))
-            draws.append(number.index_select(0, order))
+            # order, sorted stably by key, and first by pass where keys tie.
+            keys, by_key = torch.sort(key.index_select(0, chosen), stable=True)
+            if bool((keys[1:] == keys[:-1]).any()):
+                by_pass = torch.sort(passes.index_select(0, chosen), stable=True).indices
+                chosen = chosen.index_select(0, by_pass)
+                by_key = torch.sort(key.index_select(0, chosen), stable=True).indices
+            order = chosen.index_select(0, by_key[:left])
+            found.append(tuple(t.index_select(0, order) for t in (owner, number, within)))
             left -= order.numel()
             # Each source's draws taken are a prefix of those fetched (keys rise).
-            slot = torch.repeat_interleave(torch.arange(len(active)), fetch)
-            taken = torch.zeros(len(active), dtype=torch.int64).scatter_add_(
-                0, slot.index_select(0, order), torch.ones_like(order)
-            )
-            gained = torch.zeros(len(active), dtype=torch.int64).scatter_add_(
-                0, slot.index_select(0, order), length.index_select(0, order)
-            )
+            taken = torch.bincount(owner.index_select(0, order), minlength=len(self.sizes))
+            taken = taken.index_select(0, owners)
+            ends = first + taken
+            so_far = begin.index_select(0, ends)
             at += taken
-            so_far += gained
         counts_now, tokens_now = list(counts), list(tokens)
         for k, d in enumerate(active):
             counts_now[d] = int(at[k])
             tokens_now[d] = int(so_far[k]) + base_tokens[d]
         self._derived.cursor = (i, start + size, tuple(counts_now), tuple(tokens_now))
-        found = torch.cat(sources)
-        self._derived.last_run = (i, start, tuple(counts), found)
-        return found, torch.cat(draws)
+        run = tuple(torch.cat(column) for column in zip(*found, strict=True))
+        self._derived.last_run = (i, start, tuple(counts), run[0])
+        return run
 
     def _lengths(self, d: int, first: int, count: int) -> torch.Tensor:
         """The lengths of source ``d``'s draws ``[first, first + count)``."""
@@ -466,27 +457,38 @@ class TokenMerge:
         """For each stream position: its source, and how many times that source drew
         before it (over the whole stream). Positions close together are computed as one
         run from the first of them."""
+        source, drawn, _ = self.locate_items(positions)
+        return source, drawn
+
+    def locate_items(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`locate`, and each draw's index in its source (the item of its pass
+        the merge read its length at)."""
         with self._derived.lock:
-            source = torch.empty_like(positions)
-            drawn = torch.empty_like(positions)
-            if positions.numel() == 0:
-                return source, drawn
+            count = positions.numel()
+            if count == 0:
+                return tuple(torch.empty_like(positions) for _ in range(3))
+            first, last = int(positions[0]), int(positions[-1])
+            i = self._segment(first)
+            if (
+                last - first == count - 1
+                and i == self._segment(last)
+                and bool((torch.diff(positions) == 1).all())
+            ):  # consecutive positions (an order's chunk): one run
+                return self._run(i, first, count)
             wanted, inverse = torch.unique(positions, return_inverse=True)
-            found_source, found_drawn = torch.empty_like(wanted), torch.empty_like(wanted)
+            found = [torch.empty_like(wanted) for _ in range(3)]
             starts = torch.tensor([s for s, _ in self.segments], dtype=torch.int64)
             segment = torch.searchsorted(starts, wanted, right=True) - 1
             # Runs: positions of one segment, each within BLOCK of the one before.
             breaks = ((wanted[1:] - wanted[:-1]) > BLOCK) | (segment[1:] != segment[:-1])
             edges = [0, *(torch.nonzero(breaks).squeeze(1) + 1).tolist(), wanted.numel()]
             for lo, hi in itertools.pairwise(edges):
-                first, last = int(wanted[lo]), int(wanted[hi - 1])
-                run_source, run_drawn = self._run(int(segment[lo]), first, last - first + 1)
-                at = wanted[lo:hi] - first
-                found_source[lo:hi] = run_source.index_select(0, at)
-                found_drawn[lo:hi] = run_drawn.index_select(0, at)
-            source.copy_(found_source.index_select(0, inverse))
-            drawn.copy_(found_drawn.index_select(0, inverse))
-            return source, drawn
+                begin, end = int(wanted[lo]), int(wanted[hi - 1])
+                run = self._run(int(segment[lo]), begin, end - begin + 1)
+                at = wanted[lo:hi] - begin
+                for column, values in zip(found, run, strict=True):
+                    column[lo:hi] = values.index_select(0, at)
+            return tuple(column.index_select(0, inverse) for column in found)
 
 
 #: A stream's schedule: by draws, or merged by tokens.
