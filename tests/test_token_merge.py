@@ -180,6 +180,67 @@ def test_a_large_mixture_read_in_windows_is_read_anywhere_alike(
         assert _fresh(mixture).counts(at) == counts
 
 
+def _large() -> TokenMerge:
+    generator = torch.Generator().manual_seed(1)
+    sizes = tuple(torch.randint(1, 2000, (30,), generator=generator).tolist())
+    lengths = torch.randint(1, 400, (sum(sizes),), generator=generator)
+    return TokenMerge(sizes, ((0, tuple(range(1, 31))), (40_000, (2,) * 30)), lengths, 5)
+
+
+def test_the_items_handed_back_are_those_of_the_passes() -> None:
+    """``locate_items``'s third column, each draw's item (the order reads it instead of
+    computing it again), is the item of its pass the passes give, for consecutive
+    positions (one run) and scattered ones alike."""
+    mixture = _large()
+    sizes = torch.tensor(mixture.sizes)
+    for positions in (torch.arange(39_000, 41_000), torch.tensor([5, 3, 40_001, 39_999, 5])):
+        source, drawn, items = mixture.locate_items(positions)
+        expected = drawn_items(Passes(mixture.sizes, 5), sizes, True, source, drawn)
+        assert torch.equal(items, expected)
+        assert [t.tolist() for t in mixture.locate(positions)] == [source.tolist(), drawn.tolist()]
+
+
+def test_threads_reading_one_merge_at_different_places_get_what_one_thread_gets() -> None:
+    """The merge's caches (where its last run ended, the blocks of lengths) are shared:
+    two threads reading the stream in chunks, one from the start and one from the second
+    segment, switching as often as the interpreter allows, each get the positions a
+    fresh merge read alone gives."""
+    import sys
+    import threading
+
+    mixture, chunk = _large(), 1_500
+    starts = {0: range(0, 30_000, chunk), 1: range(40_000 - 4 * chunk, 70_000, chunk)}
+    expected = {
+        k: [_fresh(mixture).locate(torch.arange(lo, lo + chunk)) for lo in where]
+        for k, where in starts.items()
+    }
+    found: dict[int, list[Any]] = {0: [], 1: []}
+    failures: list[BaseException] = []
+
+    def read(k: int) -> None:
+        try:
+            for lo in starts[k]:
+                found[k].append(mixture.locate(torch.arange(lo, lo + chunk)))
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=read, args=(k,)) for k in found]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures
+    for k, runs in expected.items():
+        assert len(found[k]) == len(runs)
+        for (s, d), (es, ed) in zip(found[k], runs, strict=True):
+            assert torch.equal(s, es) and torch.equal(d, ed)
+
+
 def test_a_copy_and_a_pickled_one_give_the_same_positions() -> None:
     lengths = torch.arange(1, 61)
     mixture = TokenMerge((20, 40), ((0, (1, 2)), (30, (2, 1))), lengths, 3)

@@ -4,34 +4,37 @@ Guarantee: with token parts ``a_d`` (integers below ``2**53``; ``w_d = a_d / A``
 their sum), after any prefix of a segment of the stream there is a level ``L`` such that
 every source ``d`` with a positive part has drawn ``X_d`` tokens in the segment with
 
-    ``L * w_d <= X_d <= L * w_d + max_d``
+    ``|X_d - L * w_d| <= max_d / 2``
 
 (``max_d`` the longest length of source ``d``; up to the keys' rounding, a relative
-``2**-52`` of ``L``): each source is within one of its samples of the same level, so
-``|X_d - w_d * X| <= max_d + w_d * (sum of the others' max_e)`` with ``X`` the prefix's
-tokens. Each source's draws come in its order (its ``j``-th draw is item ``j mod n_d``
-of its pass ``j // n_d``, as :class:`~samplers.mixture.order.MixtureOrder` reads them),
-so a pass is read once before the next begins; and with parts proportional to the
-sources' token totals every source's pass ends at the same level, so the first ``sum
-n_d`` positions are every sample once. A source with a part of 0 is not drawn.
+``2**-52`` of ``L``): each source is within half of one of its samples of the same
+level, so ``|X_d - w_d * X| <= (max_d + w_d * (sum of the others' max_e)) / 2`` with
+``X`` the prefix's tokens. Each source's draws come in its order (its ``j``-th draw is
+item ``j mod n_d`` of its pass ``j // n_d``, as
+:class:`~samplers.mixture.order.MixtureOrder` reads them), so a pass is read once before
+the next begins; and with parts proportional to the sources' token totals every
+source's pass ends at the same level, so the first ``sum n_d`` positions are every
+sample once. A source with a part of 0 is not drawn.
 
 How: draw ``y`` of source ``d`` starts after ``T_d(y)`` tokens of that source (the
 lengths of its draws before it, over its passes; ``B_d`` where the segment begins) and
-gets the key ``(T_d(y) - B_d) / a_d``, a double (both are exact below ``2**53``, the
-quotient correctly rounded, so every rank computes the same); the segment's positions
-hold the draws in (key, source, draw) order, a merge of the sources' draws by their
-tokens so far over their weight. At any position the next draw's key is the level:
-every source has drawn its draws keyed below it, so ``X_d / a_d`` is at least the level
-and ``(X_d - its last length) / a_d`` at most.
+gets the key of its middle, ``(2 (T_d(y) - B_d) + len_y) / 2 a_d``, a double (both are
+exact below ``2**53``, the quotient correctly rounded, so every rank computes the same);
+the segment's positions hold the draws in (key, pass, source, draw) order, a merge of
+the sources' draws by their tokens over their weight. At any position the next draw's
+key is the level: every source has drawn its draws whose middles are below it.
 
 A pass's tokens ``S_d`` are known, so ``T_d(y) = (y // n_d) * S_d + P(y mod n_d)``, with
 ``P`` the prefix sums of the lengths of pass ``y // n_d`` in pass order: only the pass
 the position is in is read, a block of :data:`BLOCK` items at a time, its running sums
-kept every block (``n_d / BLOCK`` integers per pass). Positions read in order (a window
-after the one before) continue from where the last call stopped, O(1) tensor operations
-per position; a position elsewhere finds its level by bisection over the doubles,
-reading each source's current pass up to its place (O(n_d) per source, once).
-``OverflowError`` once a source's tokens in a segment pass ``2**53``.
+kept every block (``n_d / BLOCK`` integers per pass). Consecutive positions (a chunk
+after the one before) continue from where the last call stopped, a round of tensor
+operations over each source's next draws (O(1) per position), which also hands back
+each draw's item so that the order need not compute it again; a position up to
+:data:`_FORWARD` past the last one is merged on to, and one further away finds its level
+by bisection over the doubles, reading each source's current pass up to its place
+(O(n_d) per source, once). ``OverflowError`` once a source's tokens in a segment pass
+``2**51``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ BLOCK = 1 << 12
 _CACHED_PASSES = 256
 #: Blocks of lengths kept (the most recently read).
 _CACHED_BLOCKS = 512
+#: Where runs ended, kept (the most recent): a read continues from the nearest before it.
+_MARKS = 64
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
 EXACT = 1 << 53
 #: A position at most this far past the last run is reached by merging on to it.
@@ -94,8 +99,10 @@ class _Derived:
     blocks: OrderedDict[tuple[int, int, int], torch.Tensor] = field(default_factory=OrderedDict)
     #: segment -> each source's draws and tokens where it begins.
     bases: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
-    #: (segment, position, counts, tokens) where the last run ended.
-    cursor: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
+    #: (segment, position) -> (counts, tokens) where the last runs ended, the latest last.
+    marks: OrderedDict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=OrderedDict
+    )
     #: The last run: (segment, start, counts there, its sources), for counts inside it.
     last_run: tuple[int, int, tuple[int, ...], torch.Tensor] | None = None
     lock: Any = field(default_factory=threading.RLock)
@@ -292,22 +299,18 @@ class TokenMerge:
     def _counts_in(self, i: int, position: int) -> list[int]:
         """:meth:`_counts` of a ``position`` of segment ``i`` (or where it ends)."""
         start = self.segments[i][0]
-        cursor = self._derived.cursor
-        if cursor is not None and cursor[0] == i and cursor[1] == position:
-            return list(cursor[2])
+        marks = self._derived.marks
+        if (i, position) in marks:
+            return list(marks[(i, position)][0])
         run = self._derived.last_run
         if run is not None and run[0] == i and run[1] <= position <= run[1] + run[3].numel():
             inside = torch.bincount(run[3][: position - run[1]], minlength=len(self.sizes))
             return [c + int(k) for c, k in zip(run[2], inside.tolist(), strict=True)]
-        # Near enough past the last run (or the segment's start): merge on to it.
-        begin = start
-        if cursor is not None and cursor[0] == i and cursor[1] < position:
-            begin = cursor[1]
+        # Near enough past where a recent run ended (or the segment's start): merge on.
+        begin = max((at for k, at in marks if k == i and at < position), default=start)
         if 0 < position - begin <= _FORWARD:
             self._run(i, begin, position - begin)
-            reached = self._derived.cursor
-            assert reached is not None
-            return list(reached[2])
+            return list(marks[(i, position)][0])
         base, _ = self._base(i)
         wanted = position - start
         if wanted == 0:
@@ -367,11 +370,12 @@ class TokenMerge:
         those keyed below the first draw no source fetched are the merge's next
         positions."""
         parts = self.segments[i][1]
-        cursor = self._derived.cursor
-        if cursor is not None and cursor[0] == i and cursor[1] == start:
-            counts, tokens = list(cursor[2]), list(cursor[3])
+        if (i, start) not in self._derived.marks:
+            counts = self._counts_in(i, start)  # merged on to it (a mark), or found
+        mark = self._derived.marks.get((i, start))
+        if mark is not None:
+            counts, tokens = list(mark[0]), list(mark[1])
         else:
-            counts = self._counts_in(i, start)
             tokens = [self.tokens(d, c) for d, c in enumerate(counts)]
         _, base_tokens = self._base(i)
         active = [d for d, part in enumerate(parts) if part > 0]
@@ -434,24 +438,14 @@ class TokenMerge:
         for k, d in enumerate(active):
             counts_now[d] = int(at[k])
             tokens_now[d] = int(so_far[k]) + base_tokens[d]
-        self._derived.cursor = (i, start + size, tuple(counts_now), tuple(tokens_now))
+        marks = self._derived.marks
+        marks[(i, start + size)] = (tuple(counts_now), tuple(tokens_now))
+        marks.move_to_end((i, start + size))
+        if len(marks) > _MARKS:
+            marks.popitem(last=False)
         run = tuple(torch.cat(column) for column in zip(*found, strict=True))
         self._derived.last_run = (i, start, tuple(counts), run[0])
         return run
-
-    def _lengths(self, d: int, first: int, count: int) -> torch.Tensor:
-        """The lengths of source ``d``'s draws ``[first, first + count)``."""
-        n = self.sizes[d]
-        pieces = []
-        y = first
-        while y < first + count:
-            q, item = divmod(y, n)
-            b, r = divmod(item, BLOCK)
-            block = self._block(d, q, b)
-            piece = block[r : r + first + count - y]
-            pieces.append(piece)
-            y += piece.numel()
-        return torch.cat(pieces) if len(pieces) != 1 else pieces[0]
 
     def locate(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """For each stream position: its source, and how many times that source drew
