@@ -22,7 +22,8 @@ shuffling a pass is ``0, 1, ..., n_d - 1``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +58,12 @@ class MixtureOrder(Order):
     sizes_tensor: torch.Tensor = field(init=False, repr=False, compare=False)
     pass_orders: Passes = field(init=False, repr=False, compare=False)
     #: The last :meth:`between`'s ``(lo, hi, source, drawn)``, which :meth:`window_phases`
-    #: of the same positions reads instead of locating them again.
+    #: of the same positions reads instead of locating them again (kept only for an
+    #: order :meth:`phased` was asked of: 16 bytes a position, until that read).
     _located: tuple[int, int, torch.Tensor, torch.Tensor] | None = field(
         init=False, repr=False, compare=False, default=None
     )
+    _keeps_located: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         sizes = torch.tensor(self.sizes, dtype=torch.int64)
@@ -94,7 +97,8 @@ class MixtureOrder(Order):
     def between(self, lo: int, hi: int, *, narrow: bool = False) -> torch.Tensor:
         positions = torch.arange(lo, hi, dtype=torch.int64) + self.first
         source, drawn, items = self._locate(positions)
-        object.__setattr__(self, "_located", (lo, hi, source, drawn))
+        if self._keeps_located:
+            object.__setattr__(self, "_located", (lo, hi, source, drawn))
         return self._indices(source, drawn, items)
 
     def stream_at(self, positions: torch.Tensor) -> torch.Tensor:
@@ -111,7 +115,8 @@ class MixtureOrder(Order):
         schedule, merged = self.schedule, False
         locate: Any = schedule.locate
         if isinstance(schedule, TokenMerge):
-            merged = schedule.with_passes(self.seed, self.shuffle) is schedule
+            merged = schedule.sizes == self.sizes
+            merged = merged and schedule.with_passes(self.seed, self.shuffle) is schedule
             locate = schedule.locate_items if merged else locate
         found = [torch.empty_like(positions) for _ in range(3 if merged else 2)]
         for lo in range(0, positions.numel(), _BLOCK):
@@ -134,6 +139,12 @@ class MixtureOrder(Order):
         source, drawn = self.schedule.locate(positions)
         sizes = self.sizes_tensor.index_select(0, source)
         return source, torch.div(drawn, sizes, rounding_mode="floor"), drawn % sizes
+
+    def phased(self, window: int) -> Callable[[int, int], torch.Tensor | None]:
+        """:meth:`window_phases` of ``window``, for a packed order that asks it of each
+        chunk right after :meth:`between` (which keeps the draws it located for it)."""
+        object.__setattr__(self, "_keeps_located", True)
+        return functools.partial(self.window_phases, window=window)
 
     def window_phases(self, lo: int, hi: int, window: int) -> torch.Tensor | None:
         """Each of the epoch's positions ``[lo, hi)`` (``lo`` a multiple of ``window``):

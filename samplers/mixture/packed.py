@@ -13,7 +13,6 @@ samplers'.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from fractions import Fraction
 from typing import Any
@@ -328,7 +327,7 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                 source=self._held,
             )
             # Each window packed pass by pass: no source's next pass before its last ends.
-            order.phases = functools.partial(stream.window_phases, window=order.window)
+            order.phases = stream.phased(order.window)
             self._order, self._layouts = (key, order), {}
         found = self._order[1]
         assert isinstance(found, PackedOrder)
