@@ -38,7 +38,8 @@ def ours_tokens_window1(
     datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
 ) -> Any:
     """The token mixture where draws are tokens (every sample 3 long) and a window is one
-    sample (batches of one, in stream order): every mixture guarantee, per step."""
+    sample (batches of one, in stream order): its draws merged by tokens over weight,
+    every guarantee but the draws' quota per step (within half a sample of a level)."""
     lengths = [3] * sum(len(d) for d in datasets)
     return DistributedMixtureTokenBatchSampler(
         datasets, weights, lengths, 4, num_replicas, rank, seed=seed, window=1

@@ -450,6 +450,36 @@ def test_a_change_that_moves_tokens_between_sources_before_the_copy_is_refused()
         list(iterator)
 
 
+def test_a_length_only_the_merge_read_ahead_changed_before_the_copy_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The packed mixture's merge by tokens reads lengths ahead of its first chunk (reads
+    of the caller's tensor not counted as the plan's): one of those, swapped with another
+    length of its source that nothing read (its sum and the longest kept), keyed draws
+    the copy would key otherwise, so the copy is refused naming it."""
+    values = _lengths(20_000).numpy().copy()
+    sampler = _packed_samplers(values)["packed mixture"]
+    reads: dict[bool, list[torch.Tensor]] = {True: [], False: []}
+    original = HeldLengths.read
+
+    def read(self: HeldLengths, indices: torch.Tensor, *, counted: bool = True) -> torch.Tensor:
+        reads[counted].append(indices.clone())
+        return original(self, indices, counted=counted)
+
+    monkeypatch.setattr(HeldLengths, "read", read)
+    iterator = iter(sampler)
+    next(iterator)
+    assert sampler._held.given is not None  # no copy yet
+    planned, peeked = (set(torch.cat(reads[c]).tolist()) for c in (True, False))
+    ahead = sorted(k for k in peeked - planned if k < 10_000)
+    assert ahead  # the merge read past the plan's chunk
+    i = ahead[0]
+    j = next(k for k in range(10_000) if k not in peeked | planned and values[k] != values[i])
+    values[[i, j]] = values[[j, i]]
+    with pytest.raises(RuntimeError, match=rf"already planned: lengths\[{i}\] was"):
+        list(iterator)
+
+
 def test_parts_are_summed_when_built_and_checked_in_the_copy() -> None:
     values = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
     lengths = HeldLengths(values, parts=(3, 5, 8))

@@ -699,3 +699,25 @@ def test_the_first_index_computes_only_the_start_of_the_period() -> None:
     whole.ensure(whole.length)
     again = DistributedMixtureSampler(datasets, weights, 8, 7, epoch_length=200_000)
     assert list(again) == rest
+
+
+def test_the_order_keeps_located_draws_only_for_the_window_phases_asked_of_it() -> None:
+    """``between`` keeps the draws it located (16 bytes a position) only for an order
+    whose ``phased`` was asked (a packed mixture reads them right after, and drops them):
+    a plain mixture's order keeps nothing, and the phases read from the kept draws are
+    those computed afresh."""
+    (sampler,) = ranks(1, epoch_length=600)
+    order = sampler.plan().order
+    assert isinstance(order, MixtureOrder)
+    order.between(0, 600)
+    assert order._located is None
+    fresh = copy.deepcopy(order)
+    phases = order.phased(64)
+    indices = order.between(128, 384)
+    assert order._located is not None and order._located[:2] == (128, 384)
+    kept = phases(128, 384)
+    assert order._located is None
+    expected = fresh.window_phases(128, 384, 64)
+    assert kept is not None and expected is not None and torch.equal(kept, expected)
+    assert torch.equal(indices, fresh.between(128, 384))
+    assert pickle.loads(pickle.dumps(order))._keeps_located

@@ -433,3 +433,19 @@ def test_the_state_names_a_mixture_of_other_pieces() -> None:
     (by_samples,) = mixtures(1, weights_in="samples")
     with pytest.raises(ValueError, match="state field"):
         by_samples.load_state_dict(cut.state_dict())
+
+
+def test_a_state_saved_before_the_merge_by_tokens_is_refused_in_tokens_only() -> None:
+    """Weights in tokens merge the draws by tokens: a state without the ``mixing`` field
+    (an earlier version's, another stream) is refused naming it; in samples the stream
+    is the one it was, and such a state loads."""
+    (sampler,) = mixtures(1, window=64)
+    state = sampler.state_dict()
+    assert state["mixing"] == "merged by tokens"
+    del state["mixing"]
+    with pytest.raises(ValueError, match="state field 'mixing' is missing"):
+        mixtures(1, window=64)[0].load_state_dict(state)
+    (by_samples,) = mixtures(1, window=64, weights_in="samples")
+    saved = by_samples.state_dict()
+    assert "mixing" not in saved
+    mixtures(1, window=64, weights_in="samples")[0].load_state_dict(saved)

@@ -13,7 +13,6 @@ samplers'.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from fractions import Fraction
 from typing import Any
@@ -22,9 +21,16 @@ import torch
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
+from samplers.mixture.merge import Mixing, TokenMerge
 from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import parts
-from samplers.mixture.tokens import sample_parts
+from samplers.mixture.tokens import (
+    MERGED,
+    MIXING_FIELD,
+    draw_shares,
+    refuse_rate_state,
+    token_parts,
+)
 from samplers.options import Tail
 from samplers.plan import EpochPlan
 from samplers.tokens.checks import choice, lengths_tensor, token_tail
@@ -50,12 +56,10 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
     * **the mixture's proportions**, counted as ``weights_in`` says: in ``"samples"``, the
       stream of draws is exact at every prefix (after ``k`` draws each source has ``c_d``
       with ``|c_d - k * p_d| < 1``, ``p_d`` its share, :attr:`proportions`); in
-      ``"tokens"`` (default), source ``d`` is drawn at the rate of its token weight over
-      its mean length, so its share of the tokens is exact at the end of each of its
-      passes and, at every prefix of the stream, within ``mean_d + n_d * (max_d - min_d)
-      / 4`` tokens of ``k * p_d * mean_d`` (as
-      :class:`~samplers.DistributedMixtureTokenBatchSampler` states it; ``n_d`` the
-      source's pieces, ``min_d``/``max_d`` its shortest and longest). The batches hand
+      ``"tokens"`` (default), the sources' draws are merged by their tokens so far over
+      their weight, so at every prefix of the stream each source is within half of its
+      longest piece of a common level ``L * w_d`` (as
+      :class:`~samplers.DistributedMixtureTokenBatchSampler` states it). The batches hand
       out the stream a **window** at a time, each window packed, so after any step the
       bound holds plus the tokens of the part of one window handed out; not per step;
     * **once per pass, as handed out**: each source is read in passes over its pieces,
@@ -211,7 +215,21 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                     "a source without tokens cannot be given a share of the tokens (give it "
                     "weight 0, or weights_in='samples')"
                 )
-        return sample_parts(weights, self.sizes, self.source_tokens)
+        return token_parts(weights)
+
+    def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> Mixing:
+        """Weights in tokens: the sources' draws merged by their tokens over their weight
+        (:class:`TokenMerge`); in samples, the draws' schedule."""
+        if self.weights_in == "samples":
+            return super()._schedule_of(segments)
+        return TokenMerge(
+            self.sizes,
+            segments,
+            self._held,
+            checks.seed(self.seed),
+            checks.as_flag("shuffle", self.shuffle),
+            self.source_tokens,
+        )
 
     def _reweight_position(self, position: int) -> int:
         """The next window boundary of the epoch (or its end), as for the token mixture."""
@@ -221,9 +239,22 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
         return epoch * self.epoch_length + boundary
 
     @property
+    def proportions(self) -> tuple[Fraction, ...]:
+        """Each source's share of the draws under the newest weights: exact with weights
+        in samples; with weights in tokens the expected share (its token weight over its
+        mean piece length, normalised)."""
+        shares = super().proportions  # the newest parts, normalised
+        if self.weights_in == "samples":
+            return shares
+        return draw_shares(shares, self.sizes, self.source_tokens)
+
+    @property
     def token_proportions(self) -> tuple[Fraction, ...]:
-        """Each source's expected share of the tokens under the newest weights: its share
-        of the draws (:attr:`proportions`) times its mean piece length, normalised."""
+        """Each source's share of the tokens under the newest weights: the weights with
+        weights in tokens; with weights in samples its share of the draws times its mean
+        piece length, normalised."""
+        if self.weights_in == "tokens":
+            return super().proportions
         shares = [
             share * Fraction(tokens, size)
             for share, tokens, size in zip(
@@ -238,7 +269,11 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
         same lengths, split, row length, rows per batch, cost, window and weights' unit
         (each refused naming the field). A state of a version that packed each window as
         one (no ``passes`` field) loads where its epoch's rest is whole windows (at a
-        window boundary, or finished); mid-window it is refused, naming the field."""
+        window boundary, or finished); mid-window it is refused, naming the field. With
+        weights in tokens, a state of a version before the merge by tokens is refused
+        naming its missing field."""
+        if self.weights_in == "tokens":
+            refuse_rate_state(self, state_dict)
         if isinstance(state_dict, dict) and "passes" not in state_dict:
             position, window = state_dict.get("position"), self.window
             ours = state_dict.get("window", window) == window  # else refused naming window
@@ -292,7 +327,7 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
                 source=self._held,
             )
             # Each window packed pass by pass: no source's next pass before its last ends.
-            order.phases = functools.partial(stream.window_phases, window=order.window)
+            order.phases = stream.phased(order.window)
             self._order, self._layouts = (key, order), {}
         found = self._order[1]
         assert isinstance(found, PackedOrder)
@@ -306,6 +341,7 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
             **_Mixture._order_fields(self),
             **DistributedPackedBatchSampler._order_fields(self),
             "weights_in": self.weights_in,
+            **({MIXING_FIELD: MERGED} if self.weights_in == "tokens" else {}),
             # Each window handed out pass by pass (states without it: see load_state_dict).
             "passes": "in order",
         }

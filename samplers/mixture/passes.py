@@ -35,7 +35,7 @@ import torch
 from samplers.cycle_walk import _BLOCK
 from samplers.feistel import ROUNDS, _mix64, _round_function, round_keys
 
-__all__ = ["Passes", "source_seed"]
+__all__ = ["Passes", "drawn_items", "source_seed"]
 
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
@@ -368,3 +368,32 @@ class _Tables:
         for ((d, q), _), n in zip(kept, entries, strict=True):
             self.where[d, q] = self.used
             self.used += n
+
+
+def drawn_items(
+    passes: Passes,
+    sizes: torch.Tensor,
+    shuffle: bool,
+    source: torch.Tensor,
+    drawn: torch.Tensor,
+) -> torch.Tensor:
+    """The index within its source of each ``source``'s ``drawn``-th draw (over all its
+    passes: draw ``j`` is item ``j mod n_d`` of pass ``j // n_d``; ``sizes`` the sources'
+    sizes as a tensor), evaluated a block at a time; without ``shuffle`` the item itself."""
+    pass_number, item = torch.empty_like(drawn), torch.empty_like(drawn)
+    for lo in range(0, drawn.numel(), _BLOCK):
+        block_sizes = sizes.index_select(0, source[lo : lo + _BLOCK])
+        torch.div(
+            drawn[lo : lo + _BLOCK],
+            block_sizes,
+            rounding_mode="floor",
+            out=pass_number[lo : lo + _BLOCK],
+        )
+        torch.sub(
+            drawn[lo : lo + _BLOCK],
+            pass_number[lo : lo + _BLOCK] * block_sizes,
+            out=item[lo : lo + _BLOCK],
+        )
+    if not shuffle:
+        return item
+    return passes.items(source, pass_number, item)

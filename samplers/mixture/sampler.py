@@ -1,10 +1,9 @@
 """Mixing several datasets by weight: :class:`DistributedMixtureSampler` (indices) and
 :class:`DistributedMixtureBatchSampler` (batches, the same number on every rank).
 
-Thin adapters over :class:`~samplers.mixture.order.MixtureOrder` (what each position of
-the stream is) and the layouts of :mod:`samplers.plan` (which positions each rank takes);
-epochs, iteration, checkpoints and agreement are the sampler core's
-(:mod:`samplers.core`). The weight schedule is the one thing added to the state.
+Thin adapters over :class:`~samplers.mixture.order.MixtureOrder` (each stream position)
+and :mod:`samplers.plan`'s layouts (each rank's positions); epochs, iteration, states and
+agreement are :mod:`samplers.core`'s. The weight schedule is all a state adds.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from samplers.mixture.checks import (
     is_int,
     stream_epoch,
 )
+from samplers.mixture.merge import Mixing, over_passes
 from samplers.mixture.order import MixtureOrder
 from samplers.mixture.schedule import Schedule, parts
 from samplers.options import Tail
@@ -46,7 +46,7 @@ class _Mixture(SamplerCore):
     dataset: ConcatDataset[Any]
     sizes: tuple[int, ...]
     epoch_length: int
-    schedule: Schedule
+    schedule: Mixing
 
     def _init_mixture(
         self,
@@ -77,7 +77,7 @@ class _Mixture(SamplerCore):
         self.seed = consistency.seed_or_agreed(seed)
         self.permutation = "feistel"
         self.epoch = 0
-        self.schedule = Schedule.of(self._parts(self.weights))
+        self.schedule = self._schedule_of(((0, self._parts(self.weights)),))
         #: Weights set during an iteration, applied where it stops (see :meth:`set_weights`).
         self._pending_weights: tuple[tuple[Any, ...], tuple[int, ...]] | None = None
         self._init_core(auto_epoch)
@@ -88,24 +88,24 @@ class _Mixture(SamplerCore):
         """The schedule's integer parts (per sample) for checked ``weights``."""
         return parts(weights)
 
+    def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> Mixing:
+        """The stream's schedule over ``segments`` (each a start position and its parts)."""
+        return Schedule(segments)
+
     def _reweight_position(self, position: int) -> int:
-        """The stream position new weights take effect from, ``set_weights`` being called
-        at ``position``: that position itself."""
+        """Where new weights set at stream ``position`` take effect: there."""
         return position
 
     @property
     def proportions(self) -> tuple[Fraction, ...]:
-        """The exact share of each source under the newest weights (the weights
-        normalised; rounded to multiples of 1/65536 when their common denominator is
-        larger, see :func:`samplers.mixture.schedule.parts`): from the current position
-        on, or, for weights set during an iteration, from where it stops."""
+        """Each source's exact share under the newest weights (normalised, rounded as
+        :func:`~samplers.mixture.schedule.parts` says), from now or where an iteration stops."""
         pending = self._pending_weights
         current = self.schedule.segments[-1][1] if pending is None else pending[1]
         return tuple(Fraction(a, sum(current)) for a in current)
 
     def position(self) -> int:
-        """The stream position the ranks stand at: ``epoch * epoch_length`` plus the
-        position in the epoch that :meth:`state_dict` would save."""
+        """The stream position the ranks stand at (``epoch * epoch_length`` + the state's)."""
         saved = self._saved(None)
         return saved.epoch * self.epoch_length + saved.position
 
@@ -151,8 +151,7 @@ class _Mixture(SamplerCore):
         self._apply_weights(values, new_parts, current)
 
     def _current_state(self) -> dict[str, Any]:
-        """This sampler's state now, with its schedule, as ``state_dict()`` gives it (what
-        a ``torchdata.nodes`` pipeline handed out, where ``state_dict()`` refuses)."""
+        """Its state now with its schedule (also what a ``torchdata.nodes`` pipeline took)."""
         return self.state_dict_with(self._encoded(self._saved(None, ahead_ok=True)))
 
     def _apply_weights(
@@ -178,10 +177,9 @@ class _Mixture(SamplerCore):
         self._apply_weights(*pending, current)
 
     def set_epoch(self, epoch: int) -> None:
-        """As :meth:`samplers.DistributedSampler.set_epoch`; a mixture's epochs are
-        windows of one stream, so ``epoch`` must be at least 0 and its positions must
-        stay below ``2**63`` (``ValueError`` naming both otherwise). Weights set during
-        the iteration that ended apply from where it stopped."""
+        """As :meth:`samplers.DistributedSampler.set_epoch`; ``epoch`` at least 0, its
+        stream positions below ``2**63`` (``ValueError`` naming both otherwise). Weights
+        set during the iteration that ended apply from where it stopped."""
         if self._initialised:
             stream_epoch(checks.epoch(epoch), self.epoch_length)
             self._before_iteration()
@@ -196,12 +194,14 @@ class _Mixture(SamplerCore):
         return self.epoch_length
 
     def _mixture_order(self) -> MixtureOrder:
-        """The current epoch's window of the stream."""
+        """The current epoch's window of the stream (a merge over the passes of now)."""
+        seed, shuffle = checks.seed(self.seed), checks.as_flag("shuffle", self.shuffle)
+        self.schedule = over_passes(self.schedule, seed, shuffle)
         return MixtureOrder(
             self.sizes,
             self.schedule,
-            checks.seed(self.seed),
-            checks.as_flag("shuffle", self.shuffle),
+            seed,
+            shuffle,
             stream_epoch(checks.epoch(self.epoch), self.epoch_length),
             self.epoch_length,
         )
@@ -256,7 +256,8 @@ class _Mixture(SamplerCore):
         rest = dict(state_dict)
         if SCHEDULE_FIELD not in rest:
             raise ValueError(f"state field {SCHEDULE_FIELD!r} is missing (not a mixture's state?)")
-        schedule = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
+        decoded = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
+        schedule = self._schedule_of(decoded.segments)
         saved_length = rest.get("dataset_length")
         if is_int(saved_length) and saved_length != self.epoch_length:
             raise ValueError(
@@ -302,8 +303,7 @@ class _Mixture(SamplerCore):
         return values
 
     def _rank(self) -> int:
-        world = checks.world_size(self.num_replicas)
-        return checks.rank(self.rank, world)
+        return checks.rank(self.rank, checks.world_size(self.num_replicas))
 
 
 class DistributedMixtureSampler(_Mixture, Sampler[int]):

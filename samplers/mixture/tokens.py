@@ -11,14 +11,16 @@ checks are the mixture samplers'.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
+from samplers.mixture.merge import EXACT, TokenMerge
 from samplers.mixture.sampler import _Mixture
-from samplers.mixture.schedule import fraction, parts
+from samplers.mixture.schedule import fraction
 from samplers.options import Tail
 from samplers.plan import EpochPlan
 from samplers.tokens.checks import lengths_tensor, token_tail, warn_over_budget
@@ -27,26 +29,63 @@ from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedMixtureTokenBatchSampler", "sample_parts"]
+__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "token_parts"]
 
 
-def sample_parts(
-    weights: Sequence[float | int | Fraction], sizes: tuple[int, ...], tokens: tuple[int, ...]
-) -> tuple[int, ...]:
-    """The schedule's parts per sample for checked token ``weights``: source ``d`` drawn at
-    the rate ``w_d / mean_d``, its mean length ``tokens[d] / sizes[d]``, exactly (as
-    fractions, floats read as :func:`~samplers.mixture.schedule.parts` reads them), then
-    reduced by :func:`~samplers.mixture.schedule.parts`, which rounds only the rates
-    (to multiples of 1/65536 of the draws when their common denominator is larger). A
-    source with weight but no tokens has no rate: the caller refuses it.
+#: Weights whose exact parts do not fit below :data:`~samplers.mixture.merge.EXACT` are
+#: rounded to parts of about this sum.
+_ROUNDED = 1 << 40
 
-    The weights are not rounded on their own first: token weights proportional to the
-    token totals give rates proportional to the sizes, exactly, whatever the totals."""
-    rates = []
-    for w, n, t in zip(weights, sizes, tokens, strict=True):
-        exact = fraction(w) if w else Fraction(0)
-        rates.append(Fraction(exact.numerator * n, exact.denominator * t) if w else exact)
-    return parts(rates)
+
+def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
+    """Checked ``weights`` as integer parts in the same ratios: exactly (floats read as
+    :func:`~samplers.mixture.schedule.fraction` reads them) when every part is below
+    ``2**53``; else rounded to parts summing to about ``2**40`` (a positive weight never
+    to 0), each ratio then within about ``2**-40`` of the weights'."""
+    exact = [fraction(w) for w in weights]
+    common = math.lcm(*(f.denominator for f in exact))
+    values = [int(f * common) for f in exact]
+    divisor = math.gcd(*values)
+    found = tuple(v // divisor for v in values)
+    if max(found) < EXACT:
+        return found
+    total = sum(exact)
+    return tuple(max(round(f / total * _ROUNDED), 1) if f else 0 for f in exact)
+
+
+#: The state field saying how the stream of a mixture whose weights count tokens is mixed.
+MIXING_FIELD = "mixing"
+#: Its value: the draws merged by tokens over weight (:class:`TokenMerge`).
+MERGED = "merged by tokens"
+
+
+def refuse_rate_state(sampler: Any, state_dict: Any) -> None:
+    """``ValueError`` naming :data:`MIXING_FIELD` for a state of ``sampler``'s kind saved
+    by a version that drew token weights at rates over the mean lengths (another stream:
+    no position of it can be continued by the merge)."""
+    if (
+        isinstance(state_dict, dict)
+        and state_dict.get("sampler") == type(sampler).__name__
+        and MIXING_FIELD not in state_dict
+    ):
+        raise ValueError(
+            f"state field {MIXING_FIELD!r} is missing: a state of an earlier version, which "
+            "drew each source at its token weight over its mean length; this version merges "
+            "the draws by their tokens (another stream), so the saved position cannot be "
+            "continued (resume with the version that saved it, or start again)"
+        )
+
+
+def draw_shares(
+    token_parts: Sequence[int | Fraction], sizes: tuple[int, ...], tokens: tuple[int, ...]
+) -> tuple[Fraction, ...]:
+    """Each source's expected share of the draws under token parts: its part over its
+    mean length (``tokens[d] / sizes[d]``), normalised."""
+    rates = [
+        Fraction(a) * n / t if a else Fraction(0)
+        for a, n, t in zip(token_parts, sizes, tokens, strict=True)
+    ]
+    return tuple(rate / sum(rates) for rate in rates)
 
 
 class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler):
@@ -55,24 +94,24 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
 
     Guarantees (over all ranks together, whatever the world size):
 
-    * **proportions in tokens on average, exact in draws**: source ``d`` is drawn at the
-      rate ``p_d`` proportional to its token weight over its mean length ``mean_d``
-      (:attr:`proportions`), so its expected share of the tokens is its weight
-      (:attr:`token_proportions` gives the exact share, the rates being rounded to
-      multiples of 1/65536 at most). The stream of draws is prefix-exact (as
-      :class:`DistributedMixtureSampler`): after ``k`` positions each source has ``c_d``
-      draws, ``|c_d - k * p_d| < 1``. Its tokens are exact at the end of each of its
-      passes (a pass holds all its tokens) and in between off by what part of a
-      shuffled pass is: at every prefix of the stream, source ``d``'s tokens are within
-      ``mean_d + n_d * (max_d - min_d) / 4`` of ``k * p_d * mean_d`` (``n_d`` its size,
-      ``min_d``/``max_d`` its shortest and longest length). The batches hand out the
-      stream a **window** at a time, each window sorted by length and cut (as the token
-      sampler's), so after any step the bound holds plus the tokens of the part of one
-      window handed out (at most ``window * max_d``). Not per step: a step's batches
-      are neighbours in a window sorted by length and can come from one source.
+    * **proportions in tokens at every prefix of the stream**: the stream merges the
+      sources' draws by their tokens so far over their weight
+      (:class:`~samplers.mixture.merge.TokenMerge`), so after any prefix of it there is
+      a level ``L`` with every source ``d`` within half of its longest sample of ``L *
+      w_d`` tokens (``w_d`` its weight's share, :attr:`token_proportions`, exact), and
+      ``|X_d - w_d * X| <= (max_d + w_d * (sum of the others' max_e)) / 2`` for its
+      tokens ``X_d`` of the prefix's ``X`` (up to the keys' rounding, a relative
+      ``2**-52``). Its draws follow: :attr:`proportions` gives each source's expected
+      share of them (its weight over its mean length), not an exact one. With weights
+      proportional to the sources' token totals every pass ends at the same level, so an
+      epoch of the default length is every sample exactly once. The batches hand out
+      the stream a **window** at a time, each window sorted by length and cut (as the
+      token sampler's), so after any step the bound holds plus the tokens of the part
+      of one window handed out (at most ``window * max_d``). Not per step: a step's
+      batches are neighbours in a window sorted by length and can come from one source.
       Measured in tests/test_mixture_tokens.py (3 sources, mean lengths 25 to 1045, 4
       ranks, window 1125): the token shares' largest deviation from the weights over
-      prefixes of a window or more is 0.088 (0.037 in the second epoch), per step 0.70;
+      prefixes of a window or more is 0.121 (0.031 in the second epoch), per step 0.70;
     * **once per pass**: each source is read in passes, each a shuffle seeded from
       ``(seed, source, pass)``; each window holds exactly the stream's draws there, so a
       sample is handed out twice only in two passes of its source;
@@ -202,7 +241,18 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
                     "a source without tokens cannot be given a share of the tokens (give it "
                     "weight 0)"
                 )
-        return sample_parts(weights, self.sizes, self.source_tokens)
+        return token_parts(weights)
+
+    def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> TokenMerge:
+        """The sources' draws merged by their tokens over their weight (:class:`TokenMerge`)."""
+        return TokenMerge(
+            self.sizes,
+            segments,
+            self._held,
+            checks.seed(self.seed),
+            checks.as_flag("shuffle", self.shuffle),
+            self.source_tokens,
+        )
 
     def set_weights(self, weights: Any) -> None:
         """Share the **tokens** in proportion to ``weights`` from the next window boundary
@@ -230,17 +280,22 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         """Each source's expected share of the tokens from the current position on: its
         share of the draws (:attr:`proportions`) times its mean length, normalised."""
         current = self.schedule.segments[-1][1]
-        shares = [
-            Fraction(a * t, n)
-            for a, t, n in zip(current, self.source_tokens, self.sizes, strict=True)
-        ]
-        total = sum(shares)
-        return tuple(share / total for share in shares)
+        return tuple(Fraction(a, sum(current)) for a in current)
+
+    @property
+    def proportions(self) -> tuple[Fraction, ...]:
+        """Each source's expected share of the draws from the current position on: its
+        token weight over its mean length, normalised."""
+        pending = self._pending_weights
+        current = self.schedule.segments[-1][1] if pending is None else pending[1]
+        return draw_shares(current, self.sizes, self.source_tokens)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As :meth:`DistributedMixtureSampler.load_state_dict`, and the state must be of
         the same lengths, ``max_tokens``, cost and window (each refused naming the field);
-        :attr:`weights` become the exact token shares the loaded schedule draws."""
+        :attr:`weights` become the exact token shares the loaded schedule draws. A state
+        of a version before the merge by tokens is refused naming its missing field."""
+        refuse_rate_state(self, state_dict)
         super().load_state_dict(state_dict)
         self.weights = self.token_proportions
 
@@ -282,6 +337,7 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
         return {
             **_Mixture._order_fields(self),
             **DistributedTokenBatchSampler._order_fields(self),
+            MIXING_FIELD: MERGED,
         }
 
     def __repr__(self) -> str:

@@ -85,6 +85,8 @@ class HeldLengths:
         self._copy: torch.Tensor | None = None
         # The indices and values of the one read from ``given`` (checked against the copy).
         self._read: tuple[torch.Tensor, torch.Tensor] | None = None
+        # How many counted reads came from ``given`` (one at most).
+        self._counted = 0
         self._lock = threading.Lock()
         if given.dtype not in _NUMPY_READS or given.is_inference():
             self.owned()
@@ -107,22 +109,35 @@ class HeldLengths:
         assert given is not None
         return given
 
-    def read(self, indices: torch.Tensor) -> torch.Tensor:
+    def read(self, indices: torch.Tensor, *, counted: bool = True) -> torch.Tensor:
         """The lengths at ``indices`` (int32 or int64), in :attr:`dtype`: from the caller's
-        tensor the first time, when the copy does not exist yet; else from the copy.
+        tensor the first time, when the copy does not exist yet; else from the copy. A
+        read not ``counted`` (a mixture's schedule reading ahead of the plan) comes from
+        the caller's tensor whenever the copy does not exist yet, and is checked against
+        it as the first read is.
 
         A length read from the caller's tensor that is negative or longer than the
         longest checked when the sampler was built is refused (``RuntimeError``), as the
         copy would be: planned from, it could be wrapped by :attr:`dtype`."""
         with self._lock:
             given = self.given
-            if self._copy is None and self._read is None and given is not None:
+            if self._copy is None and given is not None and not (counted and self._counted):
                 read = given.index_select(0, indices)
                 self._check_read(indices, read)
                 values = read.to(self.dtype)
-                self._read = (indices, values)
+                before = self._read
+                self._read = (
+                    (indices, values)
+                    if before is None
+                    else (torch.cat([before[0], indices]), torch.cat([before[1], values]))
+                )
+                self._counted += counted
                 return values
         return self.owned().index_select(0, indices)
+
+    def peek(self, indices: torch.Tensor) -> torch.Tensor:
+        """:meth:`read`, not counted."""
+        return self.read(indices, counted=False)
 
     def _check_read(self, indices: torch.Tensor, read: torch.Tensor) -> None:
         """Refuse lengths read from the caller's tensor that the sampler was not built
