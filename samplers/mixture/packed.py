@@ -21,15 +21,16 @@ import torch
 
 from samplers import checks, groups
 from samplers.mixture.checks import checked_datasets
-from samplers.mixture.merge import Mixing, TokenMerge
+from samplers.mixture.merge import Mixing
 from samplers.mixture.sampler import _Mixture
 from samplers.mixture.schedule import parts
 from samplers.mixture.tokens import (
     MERGED,
     MIXING_FIELD,
+    checked_token_parts,
     draw_shares,
+    merged_by_tokens,
     refuse_rate_state,
-    token_parts,
 )
 from samplers.options import Tail
 from samplers.plan import EpochPlan
@@ -208,28 +209,14 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
     def _parts(self, weights: tuple[float | int | Fraction, ...]) -> tuple[int, ...]:
         if self.weights_in == "samples":
             return parts(weights)
-        for d, (weight, tokens) in enumerate(zip(weights, self.source_tokens, strict=True)):
-            if weight and not tokens:
-                raise ValueError(
-                    f"weights[{d}] is {weight!r} but the lengths of datasets[{d}] sum to 0: "
-                    "a source without tokens cannot be given a share of the tokens (give it "
-                    "weight 0, or weights_in='samples')"
-                )
-        return token_parts(weights)
+        return checked_token_parts(weights, self.source_tokens, ", or weights_in='samples'")
 
     def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> Mixing:
         """Weights in tokens: the sources' draws merged by their tokens over their weight
-        (:class:`TokenMerge`); in samples, the draws' schedule."""
+        (:class:`~samplers.mixture.merge.TokenMerge`); in samples, the draws' schedule."""
         if self.weights_in == "samples":
             return super()._schedule_of(segments)
-        return TokenMerge(
-            self.sizes,
-            segments,
-            self._held,
-            checks.seed(self.seed),
-            checks.as_flag("shuffle", self.shuffle),
-            self.source_tokens,
-        )
+        return merged_by_tokens(self, segments)
 
     def _reweight_position(self, position: int) -> int:
         """The next window boundary of the epoch (or its end), as for the token mixture."""

@@ -29,7 +29,13 @@ from samplers.tokens.held import HeldLengths
 from samplers.tokens.order import TokenOrder, default_window, length_sum
 from samplers.tokens.sampler import DistributedTokenBatchSampler
 
-__all__ = ["DistributedMixtureTokenBatchSampler", "draw_shares", "token_parts"]
+__all__ = [
+    "DistributedMixtureTokenBatchSampler",
+    "checked_token_parts",
+    "draw_shares",
+    "merged_by_tokens",
+    "token_parts",
+]
 
 
 #: Weights whose exact parts do not fit below :data:`~samplers.mixture.merge.EXACT` are
@@ -86,6 +92,34 @@ def draw_shares(
         for a, n, t in zip(token_parts, sizes, tokens, strict=True)
     ]
     return tuple(rate / sum(rates) for rate in rates)
+
+
+def checked_token_parts(
+    weights: Sequence[float | int | Fraction], source_tokens: Sequence[int], instead: str = ""
+) -> tuple[int, ...]:
+    """:func:`token_parts` of checked ``weights``; ``ValueError`` naming the weight for a
+    positive one on a source whose lengths sum to 0 (``instead``: what else to give)."""
+    for d, (weight, tokens) in enumerate(zip(weights, source_tokens, strict=True)):
+        if weight and not tokens:
+            raise ValueError(
+                f"weights[{d}] is {weight!r} but the lengths of datasets[{d}] sum to 0: "
+                f"a source without tokens cannot be given a share of the tokens (give it "
+                f"weight 0{instead})"
+            )
+    return token_parts(weights)
+
+
+def merged_by_tokens(sampler: Any, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> TokenMerge:
+    """The stream of a mixture ``sampler`` whose weights count tokens, over ``segments``:
+    its sources' draws merged by their tokens over their weight (:class:`TokenMerge`)."""
+    return TokenMerge(
+        sampler.sizes,
+        segments,
+        sampler._held,
+        checks.seed(sampler.seed),
+        checks.as_flag("shuffle", sampler.shuffle),
+        sampler.source_tokens,
+    )
 
 
 class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler):
@@ -234,25 +268,11 @@ class DistributedMixtureTokenBatchSampler(_Mixture, DistributedTokenBatchSampler
     # Weights in tokens --------------------------------------------------------------------
 
     def _parts(self, weights: tuple[float | int | Fraction, ...]) -> tuple[int, ...]:
-        for d, (weight, tokens) in enumerate(zip(weights, self.source_tokens, strict=True)):
-            if weight and not tokens:
-                raise ValueError(
-                    f"weights[{d}] is {weight!r} but the lengths of datasets[{d}] sum to 0: "
-                    "a source without tokens cannot be given a share of the tokens (give it "
-                    "weight 0)"
-                )
-        return token_parts(weights)
+        return checked_token_parts(weights, self.source_tokens)
 
     def _schedule_of(self, segments: tuple[tuple[int, tuple[int, ...]], ...]) -> TokenMerge:
         """The sources' draws merged by their tokens over their weight (:class:`TokenMerge`)."""
-        return TokenMerge(
-            self.sizes,
-            segments,
-            self._held,
-            checks.seed(self.seed),
-            checks.as_flag("shuffle", self.shuffle),
-            self.source_tokens,
-        )
+        return merged_by_tokens(self, segments)
 
     def set_weights(self, weights: Any) -> None:
         """Share the **tokens** in proportion to ``weights`` from the next window boundary
