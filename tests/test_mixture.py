@@ -26,6 +26,7 @@ import samplers.mixture.passes
 import samplers.mixture.sampler
 import samplers.mixture.schedule
 from samplers import DistributedMixtureBatchSampler, DistributedMixtureSampler
+from samplers.mixture.merge import TokenMerge
 from samplers.mixture.order import MixtureOrder
 from samplers.mixture.schedule import (
     MAX_PERIOD,
@@ -574,9 +575,10 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     budget: int, largest: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
-    across calls (and rebuilt or compacted past the budget), and calls above the block
-    size are evaluated a block at a time; the samples are the ones small calls, which
-    compute every round directly, give (in int32, or int64 past 2**30 samples)."""
+    across calls (and rebuilt or compacted past the budget; tables first asked for in a
+    large number wait for a second call), and calls above the block size are evaluated
+    a block at a time; the samples are the ones small calls, which compute every round
+    directly, give (in int32, or int64 past 2**30 samples)."""
     monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
     sizes = (1, 3, 40, 700, 5000, largest)
     order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)
@@ -584,6 +586,7 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     # A call below the block size, and one above it (evaluated a block at a time).
     calls = [order.stream_at(torch.arange(0, 20000)), order.stream_at(torch.arange(20000, 60000))]
     assert torch.equal(torch.cat(calls), torch.cat(small))
+    assert torch.equal(order.stream_at(torch.arange(0, 20000)), torch.cat(small[:20]))
     stored = order.pass_orders._store
     assert stored.used <= budget
     if budget >= 1 << 17:
@@ -721,3 +724,54 @@ def test_the_order_keeps_located_draws_only_for_the_window_phases_asked_of_it() 
     assert kept is not None and expected is not None and torch.equal(kept, expected)
     assert torch.equal(indices, fresh.between(128, 384))
     assert pickle.loads(pickle.dumps(order))._keeps_located
+
+
+def test_tables_of_groups_first_asked_in_a_large_number_wait_for_a_second_call() -> None:
+    """A call whose groups never asked before would need more than ``_FIRST_ASK`` table
+    entries per element is evaluated directly (a sampler's first batch builds no tables
+    it reads once); a later call asking for them again builds and reads them, and a call
+    whose new groups are small builds them at once. Every call gives the samples the
+    direct evaluation gives."""
+    passes_module = samplers.mixture.passes
+    sizes = (60_000,) * 40 + (300,)  # 40 tables of 2**8 entries per round, one of 2**5
+    orders = passes_module.Passes(sizes, 7)
+    source = torch.arange(passes_module.TABLED_MIN + 40) % 40
+    passes = torch.full_like(source, 3)
+    item = (torch.arange(source.numel()) * 7919) % 60_000
+    expected = orders._direct(source, passes, item)
+    assert 40 * orders.table_length(0) > passes_module._FIRST_ASK * source.numel()
+    assert torch.equal(orders.items(source, passes, item), expected)
+    stored = orders._store
+    assert stored.used == 0 and len(stored.asked) == 40  # evaluated directly, remembered
+    assert torch.equal(orders.items(source, passes, item), expected)
+    assert stored.used == 40 * orders.table_length(0) and not stored.asked  # built, read
+    # One new small group (source 40's pass 0) next to the built ones: built at once.
+    more = torch.cat([source, torch.full((64,), 40)])
+    more_passes = torch.cat([passes, torch.zeros(64, dtype=torch.int64)])
+    more_items = torch.cat([item, torch.arange(64) * 4])
+    assert torch.equal(
+        orders.items(more, more_passes, more_items), orders._direct(more, more_passes, more_items)
+    )
+    assert stored.used == 40 * orders.table_length(0) + orders.table_length(40)
+
+
+def test_an_order_whose_merge_hands_back_its_items_builds_no_passes_of_its_own() -> None:
+    """The passes' keys and tables are built when first read: an order over a merge by
+    tokens that hands back the items it drew (the packed mixture's) never reads its own,
+    an order over a schedule of draws does, and a copy builds them again when read."""
+    sizes = (50, 70, 30)
+    lengths = torch.arange(1, sum(sizes) + 1) % 17 + 1
+    merged = TokenMerge(sizes, ((0, (1, 2, 1)),), lengths, 5, True)
+    order = MixtureOrder(sizes, merged, 5, True, 0, 150)
+    by_tokens = order.between(0, 150)
+    assert "pass_orders" not in vars(order)
+    drawn = MixtureOrder(sizes, Schedule.of((1, 2, 1)), 5, True, 0, 150)
+    drawn.between(0, 150)
+    assert "pass_orders" in vars(drawn)
+    # The items the merge handed back are those the order's own passes give.
+    source, count = merged.locate(torch.arange(150))
+    offsets = torch.tensor([0, 50, 120]).index_select(0, source)
+    assert torch.equal(by_tokens, order.within(source, count) + offsets)
+    again = pickle.loads(pickle.dumps(drawn))
+    assert "pass_orders" not in vars(again)
+    assert torch.equal(again.between(0, 150), drawn.between(0, 150))

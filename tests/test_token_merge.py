@@ -4,6 +4,7 @@ by their tokens over their weight, every prefix within one sample of a common le
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 from fractions import Fraction
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 import samplers.mixture.merge as merge
 from samplers.mixture.merge import TokenMerge
 from samplers.mixture.passes import Passes, drawn_items
+from samplers.mixture.schedule import fraction
 from samplers.mixture.tokens import token_parts
 
 
@@ -275,3 +277,40 @@ def test_token_parts_are_exact_when_they_fit_and_rounded_finely_otherwise() -> N
     assert sum(found) == pytest.approx(1 << 40, rel=1e-9) and min(found) >= 1
     for part, weight in zip(found, weights, strict=True):
         assert part / sum(found) == pytest.approx(weight / sum(weights), rel=1e-3, abs=2**-40)
+
+
+def _parts_in_fractions(weights: list[Any]) -> tuple[int, ...]:
+    """:func:`token_parts` written in ``Fraction`` arithmetic (the definition)."""
+    exact = [fraction(w) for w in weights]
+    common = math.lcm(*(f.denominator for f in exact))
+    values = [int(f * common) for f in exact]
+    divisor = math.gcd(*values)
+    found = tuple(v // divisor for v in values)
+    if max(found) < merge.EXACT:
+        return found
+    total = sum(exact)
+    return tuple(max(round(f / total * 2**40), 1) if f else 0 for f in exact)
+
+
+_WEIGHT = st.one_of(
+    st.floats(min_value=0, max_value=1e300, allow_nan=False, allow_infinity=False),
+    st.integers(min_value=0, max_value=2**70),
+    st.fractions(min_value=0, max_value=10**9, max_denominator=10**12),
+    st.sampled_from([0, 0.5, 0.1, 1e-300, 5e-324]),
+)
+
+
+@given(st.lists(_WEIGHT, min_size=1, max_size=12).filter(any))
+def test_token_parts_are_the_exact_fractions_rounded_as_defined(weights: list[Any]) -> None:
+    """The parts computed in integers are those of the definition in fractions, exact or
+    rounded to about 2**40 (ties to even), for floats, integers and fractions alike."""
+    assert token_parts(weights) == _parts_in_fractions(weights)
+
+
+def test_token_parts_round_ties_to_even() -> None:
+    """Rounded parts exactly halfway between two integers go to the even one."""
+    odd = 2**13 + 1  # parts summing to 2**41 * odd (past 2**53): a part 3 * odd is 1.5
+    total = 2**41 * odd
+    assert token_parts([3 * odd, 1, total - 3 * odd - 1])[:2] == (2, 1)  # 1.5 -> 2
+    assert token_parts([5 * odd, 1, total - 5 * odd - 1])[:2] == (2, 1)  # 2.5 -> 2
+    assert token_parts([7 * odd, 1, total - 7 * odd - 1])[:2] == (4, 1)  # 3.5 -> 4

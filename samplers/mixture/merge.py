@@ -223,6 +223,8 @@ class TokenMerge:
 
     def tokens(self, d: int, y: int) -> int:
         """``T_d(y)``: the tokens of source ``d``'s first ``y`` draws."""
+        if y == 0:
+            return 0
         n = self.sizes[d]
         q, i = divmod(y, n)
         b, r = divmod(i, BLOCK)

@@ -56,7 +56,6 @@ class MixtureOrder(Order):
     length: int
     offsets: torch.Tensor = field(init=False, repr=False, compare=False)
     sizes_tensor: torch.Tensor = field(init=False, repr=False, compare=False)
-    pass_orders: Passes = field(init=False, repr=False, compare=False)
     #: The last :meth:`between`'s ``(lo, hi, source, drawn)``, which :meth:`window_phases`
     #: of the same positions reads instead of locating them again (kept only for an
     #: order :meth:`phased` was asked of: 16 bytes a position, until that read).
@@ -69,7 +68,6 @@ class MixtureOrder(Order):
         sizes = torch.tensor(self.sizes, dtype=torch.int64)
         object.__setattr__(self, "sizes_tensor", sizes)
         object.__setattr__(self, "offsets", sizes.cumsum(0) - sizes)
-        object.__setattr__(self, "pass_orders", Passes(self.sizes, self.seed))
 
     def __getstate__(self) -> dict[str, Any]:
         """The settings only: the tensors derived from them are rebuilt on unpickling."""
@@ -81,6 +79,12 @@ class MixtureOrder(Order):
             object.__setattr__(self, key, value)
         object.__setattr__(self, "_located", None)
         self.__post_init__()
+
+    @functools.cached_property
+    def pass_orders(self) -> Passes:
+        """The sources' passes (their permutations and tables), built when first read: an
+        order whose merge by tokens hands back the items it drew never reads them."""
+        return Passes(self.sizes, self.seed)
 
     @property
     def size(self) -> int:

@@ -11,7 +11,9 @@ item, whatever the number of sources or passes it touches. A call of at least
 it touches (``F(key, x) & mask`` for every right half ``x``: ``2**high`` entries, the
 same values; a dictionary lookup per ``(source, pass)`` finds them), kept across calls
 up to :data:`TABLE_BUDGET` entries per round, so what is held is bounded whatever the
-sources' sizes or the stream's length; a larger call is evaluated a block of
+sources' sizes or the stream's length (tables first asked for that would outnumber the
+call's elements by more than :data:`_FIRST_ASK` to one are built only when a later call
+asks for them again: the first call is evaluated directly); a larger call is evaluated a block of
 ``samplers.cycle_walk._BLOCK`` elements at a time, in int32 when every source has at most
 ``2**30`` samples.
 
@@ -46,6 +48,9 @@ TABLED_MIN = 1 << 12
 _TABLE_BITS = 16
 #: A call touching more ``(source, pass)`` groups than this is evaluated directly.
 _MAX_GROUPS = 4096
+#: Tables of groups asked for the first time are built only up to this many entries per
+#: element of the call (:meth:`_Tables.offsets`); past it the call is evaluated directly.
+_FIRST_ASK = 2
 #: A cycle walk down to this many elements finishes in Python integers
 #: (:meth:`Passes._walk_scalar`): cheaper than a round of tensor operations for them.
 _SCALAR_WALK = 64
@@ -137,7 +142,7 @@ class Passes:
         wanted = [(d, starts[d] + k) for d, n in enumerate(spans) for k in range(n)]
         if any(self._high[d] > _TABLE_BITS for d, _ in wanted):
             return None
-        offsets = self._store.offsets(wanted, self)
+        offsets = self._store.offsets(wanted, self, length)
         if offsets is None:
             return None
         group_start = span.cumsum(0) - span
@@ -320,13 +325,28 @@ class _Tables:
         self.where: dict[tuple[int, int], int] = {}
         self.tables: list[torch.Tensor] = []
         self.used = 0
+        #: Groups a call asked for without their tables being built (see :meth:`offsets`).
+        self.asked: set[tuple[int, int]] = set()
 
-    def offsets(self, groups: list[tuple[int, int]], passes: Passes) -> list[int] | None:
+    def offsets(
+        self, groups: list[tuple[int, int]], passes: Passes, elements: int
+    ) -> list[int] | None:
         """Where each of ``groups`` begins in :attr:`tables`, building the missing ones;
-        ``None`` when their tables alone would exceed the budget."""
+        ``None`` when their tables alone would exceed the budget, or when the missing
+        groups never asked for before would take more than :data:`_FIRST_ASK` entries per
+        element of the call (``elements``): a call alone is cheaper evaluated directly
+        than building tables it reads once (a sampler's first batch); they are built
+        when a later call asks for them again."""
         missing = [g for g in groups if g not in self.where]
         if missing:
             length = sum(passes.table_length(d) for d, _ in missing)
+            unasked = [g for g in missing if g not in self.asked]
+            if sum(passes.table_length(d) for d, _ in unasked) > _FIRST_ASK * elements:
+                if len(self.asked) + len(unasked) > _MAX_GROUPS:
+                    self.asked.clear()
+                self.asked.update(unasked)
+                return None
+            self.asked.difference_update(missing)
             if self.used + length > TABLE_BUDGET:
                 self._keep(set(groups), passes)
                 if self.used + length > TABLE_BUDGET:
