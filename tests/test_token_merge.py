@@ -280,7 +280,8 @@ def test_token_parts_are_exact_when_they_fit_and_rounded_finely_otherwise() -> N
 
 
 def _parts_in_fractions(weights: list[Any]) -> tuple[int, ...]:
-    """:func:`token_parts` written in ``Fraction`` arithmetic (the definition)."""
+    """:func:`token_parts` written in ``Fraction`` arithmetic (the definition), in lowest
+    terms."""
     exact = [fraction(w) for w in weights]
     common = math.lcm(*(f.denominator for f in exact))
     values = [int(f * common) for f in exact]
@@ -289,7 +290,8 @@ def _parts_in_fractions(weights: list[Any]) -> tuple[int, ...]:
     if max(found) < merge.EXACT:
         return found
     total = sum(exact)
-    return tuple(max(round(f / total * 2**40), 1) if f else 0 for f in exact)
+    rounded = [max(round(f / total * 2**40), 1) if f else 0 for f in exact]
+    return tuple(v // math.gcd(*rounded) for v in rounded)
 
 
 _WEIGHT = st.one_of(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
 from torch.utils.data import ConcatDataset
 
 from samplers import checks
-from samplers.mixture.schedule import MAX_PERIOD, Schedule, parts
+from samplers.mixture.schedule import MAX_PERIOD, parts
 
 __all__ = [
     "EPOCH_LIMIT",
@@ -159,19 +160,30 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def decoded_schedule(value: Any, count: int, field: str = "schedule") -> Schedule:
-    """A state's schedule field (``[[position, parts], ...]`` for ``count`` sources) as a
-    :class:`~samplers.mixture.schedule.Schedule`, or ``ValueError`` naming ``field`` and
-    what a schedule ``state_dict()`` writes looks like."""
+def decoded_schedule(
+    value: Any,
+    count: int,
+    field: str = "schedule",
+    canonical: Callable[[tuple[int, ...]], tuple[int, ...]] = parts,
+) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """A state's schedule field (``[[position, parts], ...]`` for ``count`` sources) as
+    segments, or ``ValueError`` naming ``field`` and what a schedule ``state_dict()``
+    writes looks like. Each segment's parts must be those its weights give, which
+    ``canonical`` computes (the sampler's: :func:`~samplers.mixture.schedule.parts` for
+    weights counting draws, in lowest terms summing to at most
+    :data:`~samplers.mixture.schedule.MAX_PERIOD`;
+    :func:`~samplers.mixture.tokens.token_parts` for weights counting tokens, each below
+    ``2**53``): parts it maps to themselves."""
     shape = (
         f"state field {field!r} must be a list of [position, parts] with "
-        f"{count} non-negative integer parts, not all 0, in lowest terms and summing to "
-        f"at most {MAX_PERIOD} (as state_dict() writes them), positions rising from 0 "
-        "and below 2**63"
+        f"{count} non-negative integer parts, not all 0, as state_dict() writes them (the "
+        f"parts its weights give: in lowest terms, summing to at most {MAX_PERIOD} for "
+        "weights that count draws, each below 2**53 for weights that count tokens), "
+        "positions rising from 0 and below 2**63"
     )
     if not isinstance(value, list) or not value:
         raise ValueError(f"{shape}; got {value!r}")
-    segments = []
+    segments: list[tuple[int, tuple[int, ...]]] = []
     for entry in value:
         ok = (
             isinstance(entry, (list, tuple))
@@ -182,12 +194,20 @@ def decoded_schedule(value: Any, count: int, field: str = "schedule") -> Schedul
             and len(entry[1]) == count
             and all(is_int(a) and a >= 0 for a in entry[1])
             and any(entry[1])
-            and parts([int(a) for a in entry[1]]) == tuple(int(a) for a in entry[1])
+            and _fixed(canonical, tuple(int(a) for a in entry[1]))
         )
         if not ok:
             raise ValueError(f"{shape}; got the entry {entry!r}")
         segments.append((int(entry[0]), tuple(int(a) for a in entry[1])))
+    starts = [start for start, _ in segments]
+    if starts[0] != 0 or any(b <= a for a, b in itertools.pairwise(starts)):
+        raise ValueError(f"{shape}; got the positions {starts}")
+    return tuple(segments)
+
+
+def _fixed(canonical: Callable[[tuple[int, ...]], tuple[int, ...]], found: tuple[int, ...]) -> bool:
+    """Whether ``canonical`` maps ``found`` to itself (refusing them is not)."""
     try:
-        return Schedule(tuple(segments))
-    except ValueError as error:
-        raise ValueError(f"{shape}; {error}") from None
+        return canonical(found) == found
+    except ValueError:
+        return False

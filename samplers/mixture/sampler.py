@@ -256,8 +256,8 @@ class _Mixture(SamplerCore):
         rest = dict(state_dict)
         if SCHEDULE_FIELD not in rest:
             raise ValueError(f"state field {SCHEDULE_FIELD!r} is missing (not a mixture's state?)")
-        decoded = decoded_schedule(rest.pop(SCHEDULE_FIELD), len(self.sizes), SCHEDULE_FIELD)
-        schedule = self._schedule_of(decoded.segments)
+        saved, count = rest.pop(SCHEDULE_FIELD), len(self.sizes)
+        schedule = self._schedule_of(decoded_schedule(saved, count, SCHEDULE_FIELD, self._parts))
         saved_length = rest.get("dataset_length")
         if is_int(saved_length) and saved_length != self.epoch_length:
             raise ValueError(

@@ -44,10 +44,11 @@ _ROUNDED = 1 << 40
 
 
 def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
-    """Checked ``weights`` as integer parts in the same ratios: exactly (floats read as
-    :func:`~samplers.mixture.schedule.fraction` reads them) when every part is below
-    ``2**53``; else rounded to parts summing to about ``2**40`` (a positive weight never
-    to 0), each ratio then within about ``2**-40`` of the weights'."""
+    """Checked ``weights`` as integer parts in the same ratios, in lowest terms: exactly
+    (floats read as :func:`~samplers.mixture.schedule.fraction` reads them) when every
+    part is below ``2**53``; else rounded to parts summing to about ``2**40`` (a positive
+    weight never to 0; ties to even), each ratio then within about ``2**-40`` of the
+    weights'. Parts it gives are their own parts (a state's schedule is checked so)."""
     exact = [fraction(w) for w in weights]
     common = math.lcm(*(f.denominator for f in exact))
     # In integers over the common denominator (Fraction arithmetic is many times slower).
@@ -57,7 +58,9 @@ def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     if max(found) < EXACT:
         return found
     total = sum(found)
-    return tuple(max(_nearest(v * _ROUNDED, total), 1) if v else 0 for v in found)
+    rounded = [max(_nearest(v * _ROUNDED, total), 1) if v else 0 for v in found]
+    divisor = math.gcd(*rounded)  # in lowest terms too: a state's parts are read back
+    return tuple(v // divisor for v in rounded)
 
 
 def _nearest(numerator: int, denominator: int) -> int:
