@@ -86,6 +86,25 @@ def ours_tokens(datasets: Any, weights: Any, num_replicas: int, rank: int, seed:
     )
 
 
+class PeriodCheckedStates(DistributedMixtureTokenBatchSampler):
+    """Wrong on purpose: the check of a loaded schedule before the fix, against the
+    draws' parts (in lowest terms, summing to at most the period of 65536), which refused
+    the token mixture's own states once its token parts passed that."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for _, found in state_dict["schedule"]:
+            if parts(found) != tuple(found):
+                raise ValueError(f"state field 'schedule' must be ... got the parts {found}")
+        super().load_state_dict(state_dict)
+
+
+def period_checked_states(
+    datasets: Any, weights: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    lengths = [(i * 7919) % 40 + 1 for i in range(sum(len(d) for d in datasets))]
+    return PeriodCheckedStates(datasets, weights, lengths, 64, num_replicas, rank, seed=seed)
+
+
 @dataclass(frozen=True)
 class _RestartedOrder(MixtureOrder):
     restart: int = 0

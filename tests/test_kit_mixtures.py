@@ -114,3 +114,16 @@ def test_the_token_mixture_resumes_anywhere_and_its_steps_are_windows_not_prefix
             len(set(mine[k : k + size])) == len(mine[k : k + size])
             for k in range(0, len(mine), size)
         )
+
+
+def test_a_resume_refusing_token_parts_past_the_period_is_caught_at_the_period() -> None:
+    """The search of the resume draws weights far apart too: a token mixture that checks
+    a loaded schedule against the draws' period (as ours did) refuses its own state there,
+    and the counterexample shrinks to parts just past it."""
+    result = check_mixture_guarantee(kit_mixtures.period_checked_states, "mixture-elastic-resume")
+    assert result.holds is False
+    found = result.counterexample
+    assert found is not None and "state field 'schedule'" in found["what"]
+    assert sum(found["weights"]) > 1 << 16
+    ours = check_mixture_guarantee(kit_mixtures.ours_tokens, "mixture-elastic-resume")
+    assert ours.holds is True

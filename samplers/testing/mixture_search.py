@@ -5,8 +5,9 @@ draws mixtures, and a violation is shrunk to the smallest mixture found.
 (``thorough`` draws more, at random); :func:`check_mixture` searches them all. Mixtures
 are drawn with one to four sources of up to 40 samples and small weights, or, for the
 guarantees of :data:`LARGE_WEIGHTS`, three to six sources with one or two weights far
-larger than the rest. Shrinking drops a source, then lowers the ranks, the steps taken,
-the weights and the sizes, one change at a time, while the violation stays.
+larger than the rest; for those of :data:`EITHER_WEIGHTS`, half of each. Shrinking drops
+a source, then lowers the ranks, the steps taken, the weights and the sizes, one change
+at a time, while the violation stays.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from samplers.testing.registry import MIXTURES
 from samplers.testing.running import Factory, Rejected, Unsupported, Violation, raised_in_check
 from samplers.testing.search import SEEDS, Result, _Tally
 
-__all__ = ["LARGE_WEIGHTS", "MIXTURE_EXAMPLES", "check_mixture", "check_mixture_guarantee"]
+__all__ = [
+    "EITHER_WEIGHTS",
+    "LARGE_WEIGHTS",
+    "MIXTURE_EXAMPLES",
+    "check_mixture",
+    "check_mixture_guarantee",
+]
 
 #: Examples the search tries per guarantee (derandomised), and thorough.
 MIXTURE_EXAMPLES = {False: 20, True: 300}
@@ -30,15 +37,24 @@ MIXTURE_EXAMPLES = {False: 20, True: 300}
 #: Guarantees searched over mixtures whose weights include some far larger than the rest
 #: (common denominators past any bounded period): their weights are drawn from these.
 LARGE_WEIGHTS = {"mixture-positive-share": (1 << 16, 10**7)}
+#: Guarantees searched over mixtures of either kind, small weights or some far larger than
+#: the rest, drawn half and half: a state's or a new weighting's parts pass any bounded
+#: period there (a sampler that checks a loaded schedule against one refuses its own).
+EITHER_WEIGHTS = {
+    "mixture-elastic-resume": (1 << 16, 10**7),
+    "mixture-reweight": (1 << 16, 10**7),
+}
 
 
 def _strategy(guarantee: str = "") -> Any:
     from hypothesis import strategies as st
 
-    large = LARGE_WEIGHTS.get(guarantee)
-
     @st.composite
     def mixtures(draw: Any) -> Mixture:
+        large = LARGE_WEIGHTS.get(guarantee)
+        either = EITHER_WEIGHTS.get(guarantee)
+        if either is not None and draw(st.booleans()):
+            large = either
         count = draw(st.integers(1, 4) if large is None else st.integers(3, 6))
         sizes = tuple(draw(st.lists(st.integers(1, 40), min_size=count, max_size=count)))
         if large is None:
