@@ -118,8 +118,8 @@ def test_the_token_mixture_resumes_anywhere_and_its_steps_are_windows_not_prefix
 
 def test_a_resume_refusing_token_parts_past_the_period_is_caught_at_the_period() -> None:
     """The search of the resume draws weights far apart too: a token mixture that checks
-    a loaded schedule against the draws' period (as ours did) refuses its own state there,
-    and the counterexample shrinks to parts just past it."""
+    a loaded schedule against the draws' period (as ours did) refuses its own state there:
+    the counterexample's parts pass it; ours resumes."""
     result = check_mixture_guarantee(kit_mixtures.period_checked_states, "mixture-elastic-resume")
     assert result.holds is False
     found = result.counterexample

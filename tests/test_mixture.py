@@ -575,10 +575,9 @@ def test_a_large_call_read_from_tables_gives_the_same_samples(
     budget: int, largest: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Calls of at least TABLED_MIN positions read each pass's rounds from tables kept
-    across calls (and rebuilt or compacted past the budget; tables first asked for in a
-    large number wait for a second call), and calls above the block size are evaluated
-    a block at a time; the samples are the ones small calls, which compute every round
-    directly, give (in int32, or int64 past 2**30 samples)."""
+    across calls (and rebuilt or compacted past the budget), and calls above the block
+    size are evaluated a block at a time; the samples are the ones small calls, which
+    compute every round directly, give (in int32, or int64 past 2**30 samples)."""
     monkeypatch.setattr(samplers.mixture.passes, "TABLE_BUDGET", budget)
     sizes = (1, 3, 40, 700, 5000, largest)
     order = MixtureOrder(sizes, Schedule.of((5, 30, 20, 10, 30, 5)), 3, True, 0, 10)

@@ -104,6 +104,7 @@ def test_a_state_resumes_on_other_world_sizes_twice_with_nothing_lost(
         resumed = _loaded(build, weights, 3, state)
         middle, _ = _taken(resumed, 1)
         again = _loaded(build, weights, 1, resumed[0].state_dict())
+        assert again[0].state_dict()["schedule"] == state["schedule"]
         seen = Counter(head + middle + _rest(again))
         assert seen == whole, (kind, weights_name, taken)
 
