@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import samplers.mixture.merge as merge
 from samplers.mixture.merge import TokenMerge
 from samplers.mixture.passes import Passes, drawn_items
-from samplers.mixture.schedule import fraction
+from samplers.mixture.schedule import fraction, parts
 from samplers.mixture.tokens import token_parts
 
 
@@ -316,3 +316,14 @@ def test_token_parts_round_ties_to_even() -> None:
     assert token_parts([3 * odd, 1, total - 3 * odd - 1])[:2] == (2, 1)  # 1.5 -> 2
     assert token_parts([5 * odd, 1, total - 5 * odd - 1])[:2] == (2, 1)  # 2.5 -> 2
     assert token_parts([7 * odd, 1, total - 7 * odd - 1])[:2] == (4, 1)  # 3.5 -> 4
+
+
+def test_numpy_floats_give_the_parts_of_the_same_python_floats() -> None:
+    """A weight that is a numpy float reads as the Python float of the same value (its
+    ``repr`` is not a decimal: ``np.float64(0.1)``)."""
+    numpy = pytest.importorskip("numpy")
+    weights = [0.1, 0.123456789, 0.7]
+    as_numpy = [numpy.float64(w) for w in weights]
+    assert token_parts(as_numpy) == token_parts(weights)
+    assert parts(as_numpy) == parts(weights)
+    assert fraction(numpy.float32(0.5)) == Fraction(1, 2)

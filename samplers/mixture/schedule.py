@@ -95,7 +95,7 @@ def fraction(value: float | int | Fraction) -> Fraction:
     # |p / q - n / d| <= |n / d| * tolerance, in integers.
     if abs(p * d - n * q) * _TOLERANCE_DENOMINATOR <= abs(n) * q * _TOLERANCE_NUMERATOR:
         return Fraction(p, q)
-    return Fraction(*Decimal(repr(value)).as_integer_ratio())
+    return Fraction(*Decimal(repr(float(value))).as_integer_ratio())  # numpy floats too
 
 
 def _closest(n: int, d: int, limit: int) -> tuple[int, int]:
