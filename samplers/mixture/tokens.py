@@ -58,18 +58,9 @@ def token_parts(weights: Sequence[float | int | Fraction]) -> tuple[int, ...]:
     if max(found) < EXACT:
         return found
     total = sum(found)
-    rounded = [max(_nearest(v * _ROUNDED, total), 1) if v else 0 for v in found]
+    rounded = [max(round(Fraction(v * _ROUNDED, total)), 1) if v else 0 for v in found]
     divisor = math.gcd(*rounded)  # in lowest terms too: a state's parts are read back
     return tuple(v // divisor for v in rounded)
-
-
-def _nearest(numerator: int, denominator: int) -> int:
-    """``round(numerator / denominator)`` exactly (``denominator > 0``; ties to even)."""
-    quotient, remainder = divmod(numerator, denominator)
-    twice = 2 * remainder
-    if twice > denominator or (twice == denominator and quotient % 2):
-        return quotient + 1
-    return quotient
 
 
 #: The state field saying how the stream of a mixture whose weights count tokens is mixed.
