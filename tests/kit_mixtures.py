@@ -86,6 +86,54 @@ def ours_tokens(datasets: Any, weights: Any, num_replicas: int, rank: int, seed:
     )
 
 
+def ours_tokens_lengths_window1(
+    datasets: Any, weights: Any, lengths: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """The token mixture on the kit's lengths, a window of one draw (a batch of one
+    sample, in stream order): its steps are prefixes of its stream."""
+    return DistributedMixtureTokenBatchSampler(
+        datasets, weights, lengths, 64, num_replicas, rank, seed=seed, window=1
+    )
+
+
+def ours_packed_lengths_window1(
+    datasets: Any, weights: Any, lengths: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """The packed mixture on the kit's lengths, weights in tokens, a window of one draw
+    (a batch of one row of one document, in stream order)."""
+    return DistributedPackedMixtureSampler(
+        datasets, weights, lengths, 64, 1, num_replicas, rank, seed=seed, window=1
+    )
+
+
+def ours_tokens_lengths(
+    datasets: Any, weights: Any, lengths: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """The token mixture on the kit's lengths in default windows (sorted by length)."""
+    return DistributedMixtureTokenBatchSampler(
+        datasets, weights, lengths, 64, num_replicas, rank, seed=seed
+    )
+
+
+def samples_for_tokens(
+    datasets: Any, weights: Any, lengths: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """Wrong for weights counting tokens: the mixture of samples, given the lengths and
+    ignoring them (each source's share of the draws is its weight's)."""
+    del lengths
+    return DistributedMixtureSampler(
+        datasets, weights, num_replicas, rank, seed=seed, tail="uneven"
+    )
+
+
+def stock_for_tokens(
+    datasets: Any, weights: Any, lengths: Any, num_replicas: int, rank: int, seed: int
+) -> Any:
+    """``ConcatDataset`` and the stock sampler, given weights and lengths it cannot use."""
+    del weights, lengths
+    return StockSampler(ConcatDataset(datasets), num_replicas, rank, seed=seed)
+
+
 class PeriodCheckedStates(DistributedMixtureTokenBatchSampler):
     """Wrong on purpose: the check of a loaded schedule before the fix, against the
     draws' parts (in lowest terms, summing to at most the period of 65536), which refused

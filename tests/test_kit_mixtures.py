@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from samplers.testing import MIXTURES, Mixture, check_mixture, check_mixture_guarantee
-from samplers.testing.mixtures import elastic_resume, prefix_exact
+from samplers.testing.mixture_search import _smaller
+from samplers.testing.mixtures import elastic_resume, prefix_exact, token_level
 
 
 def outcomes(factory) -> dict[str, bool | None]:
@@ -26,7 +27,125 @@ def outcomes(factory) -> dict[str, bool | None]:
     ],
 )
 def test_ours_hold_every_mixture_guarantee(factory) -> None:
-    assert outcomes(factory) == dict.fromkeys(MIXTURES, True)
+    """Every guarantee of weights counting samples; the token level is not theirs (they
+    take no lengths), and the search says so."""
+    results = {result.guarantee: result for result in check_mixture(factory)}
+    assert {name: result.holds for name, result in results.items()} == {
+        **dict.fromkeys(MIXTURES, True),
+        "mixture-token-level": None,
+    }
+    assert "the factory takes no lengths" in results["mixture-token-level"].detail
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [kit_mixtures.ours_tokens_lengths_window1, kit_mixtures.ours_packed_lengths_window1],
+)
+def test_ours_whose_steps_are_their_stream_keep_the_token_level(factory) -> None:
+    """Weights counting tokens, a window of one draw: after every step, in the first
+    epoch and the next, the sources are within a sample of a common level."""
+    result = check_mixture_guarantee(factory, "mixture-token-level")
+    assert (result.holds, result.examples) == (True, 20)
+
+
+def _tokens_after(factory, mixture: Mixture, steps: int) -> list[int]:
+    """Each source's tokens after ``steps`` steps over all ranks (epoch 0 then 1), counted
+    here from the ranks' own samplers, not by the kit."""
+    ranks = [
+        factory(
+            datasets=[range(n) for n in mixture.sizes],
+            weights=list(mixture.weights),
+            lengths=list(mixture.lengths),
+            num_replicas=mixture.world_size,
+            rank=rank,
+            seed=mixture.seed,
+        )
+        for rank in range(mixture.world_size)
+    ]
+    taken: list[int] = []
+    for epoch in (0, 1):
+        for sampler in ranks:
+            sampler.set_epoch(epoch)
+        shares = [list(sampler) for sampler in ranks]
+        for step in range(max(len(share) for share in shares)):
+            if steps == 0:
+                break
+            taken += [i for share in shares if step < len(share) for i in [share[step]]]
+            steps -= 1
+    tokens = [0] * len(mixture.sizes)
+    for index in taken:
+        tokens[mixture.source(index)] += mixture.lengths[index]
+    return tokens
+
+
+def test_a_mixture_of_samples_given_token_weights_breaks_the_level_smallest() -> None:
+    """The sample mixture ignores the lengths: a source of longer samples draws as often
+    as one of short ones, so its tokens run ahead. The counterexample's tokens are those
+    its sampler gives, and no level is within a sample of both sources."""
+    result = check_mixture_guarantee(kit_mixtures.samples_for_tokens, "mixture-token-level")
+    assert result.holds is False
+    found = result.counterexample
+    assert found is not None and found["world_size"] == 1
+    mixture = Mixture(
+        found["sizes"],
+        found["weights"],
+        found["world_size"],
+        found["seed"],
+        lengths=found["lengths"],
+    )
+    steps = found["step"] + 1 + (_epoch_steps(mixture) if "(epoch 1)" in result.detail else 0)
+    tokens = _tokens_after(kit_mixtures.samples_for_tokens, mixture, steps)
+    assert tuple(tokens) == found["tokens"]
+    ahead, behind = found["source"], found["behind"]
+    share = [Fraction(w, sum(mixture.weights)) for w in mixture.weights]
+    assert (tokens[ahead] - mixture.longest(ahead)) / share[ahead] > (
+        tokens[behind] + mixture.longest(behind)
+    ) / share[behind]
+    assert mixture.longest(ahead) != mixture.longest(behind)
+
+
+def _epoch_steps(mixture: Mixture) -> int:
+    sampler = kit_mixtures.samples_for_tokens(
+        [range(n) for n in mixture.sizes], list(mixture.weights), None, 1, 0, mixture.seed
+    )
+    return len(sampler)
+
+
+def test_default_windows_meet_the_level_at_their_ends_not_at_every_step() -> None:
+    """A window of draws sorted by length is handed out shortest first: the token
+    mixture's steps are not its stream, and the search finds a step where the level
+    breaks; the same mixture one draw at a time keeps it."""
+    result = check_mixture_guarantee(kit_mixtures.ours_tokens_lengths, "mixture-token-level")
+    assert result.holds is False and result.counterexample is not None
+    found = result.counterexample
+    mixture = Mixture(
+        found["sizes"],
+        found["weights"],
+        found["world_size"],
+        found["seed"],
+        lengths=found["lengths"],
+    )
+    token_level(kit_mixtures.ours_tokens_lengths_window1, mixture)
+    with pytest.raises(AssertionError, match="mixture-token-level"):
+        token_level(kit_mixtures.ours_tokens_lengths, mixture)
+
+
+def test_a_source_weighted_0_must_draw_no_tokens() -> None:
+    with pytest.raises(AssertionError, match="source 1 of weight 0 has 2 tokens"):
+        token_level(kit_mixtures.stock_for_tokens, Mixture((2, 2), (1, 0), lengths=(1, 1, 2, 2)))
+    with pytest.raises(ValueError, match="lengths must be one positive length per sample"):
+        Mixture((2, 2), (1, 0), lengths=(1, 1, 2))
+
+
+def test_shrinking_keeps_each_sample_its_length() -> None:
+    mixture = Mixture((2, 3), (1, 1), lengths=(1, 2, 3, 4, 5))
+    smaller = {(m.sizes, m.lengths) for m in _smaller(mixture)}
+    assert ((3,), (3, 4, 5)) in smaller  # source 0 dropped
+    assert ((2,), (1, 2)) in smaller  # source 1 dropped
+    assert ((2, 1), (1, 2, 3)) in smaller  # source 1 cut to its first sample
+    assert ((2, 3), (1, 2, 3, 3, 3)) in smaller  # source 1's lengths down to its shortest
+    assert ((2, 3), (1, 2, 3, 4, 3)) in smaller  # its longest halved
+    assert all(len(m.lengths) == sum(m.sizes) for m in _smaller(mixture))
 
 
 def test_the_token_mixture_one_draw_at_a_time_holds_the_token_level_not_the_draws_quota():

@@ -26,6 +26,7 @@ __all__ = [
     "EITHER_WEIGHTS",
     "LARGE_WEIGHTS",
     "MIXTURE_EXAMPLES",
+    "TOKEN_LENGTHS",
     "check_mixture",
     "check_mixture_guarantee",
 ]
@@ -44,6 +45,9 @@ EITHER_WEIGHTS = {
     "mixture-elastic-resume": (1 << 16, 10**7),
     "mixture-reweight": (1 << 16, 10**7),
 }
+#: Guarantees searched over mixtures whose samples have lengths in tokens, drawn from
+#: this range (the others' factories are given 1 token per sample).
+TOKEN_LENGTHS = {"mixture-token-level": (1, 40)}
 
 
 def _strategy(guarantee: str = "") -> Any:
@@ -67,6 +71,11 @@ def _strategy(guarantee: str = "") -> Any:
                 .map(lambda pair: tuple((pair[0] + pair[1])[:count]))
                 .flatmap(st.permutations)
             )
+        span = TOKEN_LENGTHS.get(guarantee)
+        lengths: tuple[int, ...] = ()
+        if span is not None:
+            each = st.lists(st.integers(*span), min_size=sum(sizes), max_size=sum(sizes))
+            lengths = tuple(draw(each))
         return Mixture(
             sizes,
             tuple(draw(weights)),
@@ -75,9 +84,20 @@ def _strategy(guarantee: str = "") -> Any:
             draw(st.integers(0, 60)),
             draw(st.integers(1, 6)),
             tuple(draw(weights)),
+            lengths,
         )
 
     return mixtures()
+
+
+def _kept(mixture: Mixture, sizes: list[int]) -> tuple[int, ...]:
+    """The lengths of the first ``sizes[d]`` samples of each source (0: dropped)."""
+    if not mixture.lengths:
+        return ()
+    starts = mixture.offsets
+    return tuple(
+        mixture.lengths[i] for d, n in enumerate(sizes) for i in range(starts[d], starts[d] + n)
+    )
 
 
 def _smaller(mixture: Mixture) -> list[Mixture]:
@@ -96,6 +116,9 @@ def _smaller(mixture: Mixture) -> list[Mixture]:
                         sizes=tuple(mixture.sizes[e] for e in keep),
                         weights=weights,
                         new_weights=new,
+                        lengths=_kept(
+                            mixture, [0 if e == d else n for e, n in enumerate(mixture.sizes)]
+                        ),
                     )
                 )
     for name in ("world_size", "other_world_size", "taken"):
@@ -115,7 +138,16 @@ def _smaller(mixture: Mixture) -> list[Mixture]:
         for smaller in sorted({1, size // 2, size - 1}):
             if 1 <= smaller < size:
                 sizes = tuple(smaller if e == d else s for e, s in enumerate(mixture.sizes))
-                found.append(replace(mixture, sizes=sizes))
+                found.append(replace(mixture, sizes=sizes, lengths=_kept(mixture, list(sizes))))
+    # Lengths: a source's all down to its shortest, or its longest halved.
+    for d, size in enumerate(mixture.sizes if mixture.lengths else ()):
+        start = mixture.offsets[d]
+        mine = list(mixture.lengths[start : start + size])
+        longest = max(mine)
+        for shorter in ([min(mine)] * size, [(n + 1) // 2 if n == longest else n for n in mine]):
+            if mine != shorter:
+                lengths = (*mixture.lengths[:start], *shorter, *mixture.lengths[start + size :])
+                found.append(replace(mixture, lengths=lengths))
     return found
 
 

@@ -1,8 +1,9 @@
 """Guarantees of samplers that mix several datasets by weight, and their search.
 
 A *mixing factory* takes the keyword arguments ``datasets`` (a list of ``range(n_d)``
-sources), ``weights`` (one integer per source), ``num_replicas``, ``rank`` and ``seed``
-(it is passed those its signature names) and returns a sampler yielding indices into
+sources), ``weights`` (one integer per source), ``lengths`` (each sample's length in
+tokens, in ``ConcatDataset`` order), ``num_replicas``, ``rank`` and ``seed`` (it is passed
+those its signature names) and returns a sampler yielding indices into
 ``ConcatDataset(datasets)``, or batches of them. An *epoch* of it is one ``iter()``
 after ``set_epoch`` (when it has one). The guarantees, checked on every rank of a
 :class:`Mixture`, with the ranks taking one item per step together:
@@ -22,7 +23,16 @@ after ``set_epoch`` (when it has one). The guarantees, checked on every rank of 
   however small against the others (its ``proportions``, when the sampler has them, and
   its draws once they should hold two). Searched over mixtures whose weights include
   some far larger than the rest, where a sampler that rounds the weights to a bounded
-  period can round a small one to 0.
+  period can round a small one to 0;
+* ``mixture-token-level``, for weights that count tokens (factories taking ``lengths``,
+  each sample's length in tokens): after every step of epoch 0 and of epoch 1 after it
+  (one stream), over all ranks, the sources' tokens are within one sample of a common
+  level: some ``L`` with ``|X_d - L * w_d| <= max_d`` for every source of positive
+  weight ``w_d`` (its share of the weights), ``X_d`` its tokens so far and ``max_d`` its
+  longest sample; a source of weight 0 draws nothing. So ``|X_d - w_d * X| <= max_d +
+  w_d * (the others' max_e)``, ``X`` all the tokens. It holds per step only where the
+  steps are prefixes of the sampler's stream (a sampler that sorts a window of draws by
+  length meets it at the windows' ends).
 
 :func:`samplers.testing.mixture_search.check_mixture` searches mixtures with hypothesis
 for each guarantee and shrinks a violation to the smallest mixture it finds (fewer and
@@ -62,10 +72,11 @@ __all__ = [
     "positive_share",
     "prefix_exact",
     "reweight",
+    "token_level",
 ]
 
 #: The keyword arguments a mixing factory may take.
-MIXTURE_ARGUMENTS = ("datasets", "weights", "num_replicas", "rank", "seed")
+MIXTURE_ARGUMENTS = ("datasets", "weights", "lengths", "num_replicas", "rank", "seed")
 #: Epochs the once-per-pass guarantee follows the sources' passes through.
 EPOCHS = 3
 
@@ -91,12 +102,27 @@ class Mixture:
     #: The weights ``set_weights`` is given after ``taken`` steps; empty (or of another
     #: length, or all zero): the reverse of ``weights`` (see :attr:`reweighted`).
     new_weights: tuple[int, ...] = ()
+    #: Each sample's length in tokens, in ``ConcatDataset`` order, given to a factory
+    #: taking ``lengths``; empty: every sample 1 token long (see :attr:`sample_lengths`).
+    lengths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.weights) != len(self.sizes) or not any(self.weights):
             raise ValueError(f"a mixture needs a positive weight per source, got {self}")
         if min(self.sizes) < 1 or min(self.weights) < 0 or self.world_size < 1:
             raise ValueError(f"sizes, weights and world_size out of range in {self}")
+        if self.lengths and (len(self.lengths) != sum(self.sizes) or min(self.lengths) < 1):
+            raise ValueError(f"lengths must be one positive length per sample, got {self}")
+
+    @property
+    def sample_lengths(self) -> list[int]:
+        """The lengths a factory taking ``lengths`` is given: :attr:`lengths`, or 1 each."""
+        return list(self.lengths) if self.lengths else [1] * sum(self.sizes)
+
+    def longest(self, source: int) -> int:
+        """The longest sample of ``source``, in tokens."""
+        start = self.offsets[source]
+        return max(self.sample_lengths[start : start + self.sizes[source]])
 
     @property
     def offsets(self) -> list[int]:
@@ -134,6 +160,7 @@ def build(factory: Factory, mixture: Mixture, rank: int, world_size: int | None 
     values = {
         "datasets": [range(size) for size in mixture.sizes],
         "weights": list(mixture.weights),
+        "lengths": mixture.sample_lengths,
         "num_replicas": mixture.world_size if world_size is None else world_size,
         "rank": rank,
         "seed": mixture.seed,
@@ -393,3 +420,66 @@ def positive_share(factory: Factory, mixture: Mixture) -> None:
                 "a dataset the user weighted is silently left out of training",
                 {"source": d},
             )
+
+
+def _token_failure(mixture: Mixture, steps: list[list[int]], epoch_steps: int) -> Failure | None:
+    """The first step after which no level has every source of positive weight within
+    one of its longest samples (epoch 1's steps follow from ``epoch_steps`` on)."""
+    shares = _shares(mixture.weights)
+    lengths = mixture.sample_lengths
+    longest = [mixture.longest(d) for d in range(len(shares))]
+    tokens = [0] * len(shares)
+    for number, taken in enumerate(steps):
+        epoch, step = (1, number - epoch_steps) if number >= epoch_steps else (0, number)
+        for index in taken:
+            tokens[mixture.source(index)] += lengths[index]
+        where = {"step": step, "tokens": tuple(tokens)}
+        for d, share in enumerate(shares):
+            if not share and tokens[d]:
+                return Failure(
+                    None,
+                    epoch,
+                    f"after step {step} source {d} of weight 0 has {tokens[d]} tokens (since epoch "
+                    "0 began, over all ranks)",
+                    "a dataset weighted 0 is trained on",
+                    {**where, "source": d},
+                )
+        weighted = [d for d, share in enumerate(shares) if share]
+        # The level each source allows at least and at most: some level is within one
+        # sample of every source when the highest floor is at most the lowest ceiling.
+        ahead = max(weighted, key=lambda d: (tokens[d] - longest[d]) / shares[d])
+        behind = min(weighted, key=lambda d: (tokens[d] + longest[d]) / shares[d])
+        floor = (tokens[ahead] - longest[ahead]) / shares[ahead]
+        ceiling = (tokens[behind] + longest[behind]) / shares[behind]
+        if floor > ceiling:
+            return Failure(
+                None,
+                epoch,
+                f"after step {step} ({sum(tokens)} tokens over all ranks since epoch 0 "
+                f"began) source {ahead} "
+                f"has {tokens[ahead]} tokens and source {behind} {tokens[behind]}, weights "
+                f"{mixture.weights[ahead]}:{mixture.weights[behind]}, longest samples "
+                f"{longest[ahead]} and {longest[behind]}: source {ahead} is more than a "
+                f"sample ahead of any level source {behind} is within a sample of",
+                "a training step sees the sources' tokens in other proportions than asked",
+                {**where, "source": ahead, "behind": behind},
+            )
+    return None
+
+
+@_mixture_guarantee(
+    "mixture-token-level",
+    "weights counting tokens: after every step each source's tokens are within one of its "
+    "samples of a common level, in the first epoch and the next",
+)
+def token_level(factory: Factory, mixture: Mixture) -> None:
+    """Every step of epoch 0, and of epoch 1 after it (all ranks together), has a level
+    ``L`` with each source of positive weight within its longest sample of ``L`` times
+    its weight's share. Only for factories taking ``lengths``."""
+    if "lengths" not in _accepted(factory):
+        raise Unsupported("the factory takes no lengths (weights counting tokens need them)")
+    samplers = _ranks(factory, mixture)
+    first = _epoch(samplers, 0)
+    failure = _token_failure(mixture, first + _epoch(samplers, 1), len(first))
+    if failure is not None:
+        raise failure
