@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import samplers.mixture.merge as merge
+import samplers.mixture.pass_tokens as pass_tokens
 from samplers.mixture.merge import TokenMerge
 from samplers.mixture.passes import Passes, drawn_items
 from samplers.mixture.schedule import fraction, parts
@@ -91,18 +92,26 @@ def _fresh(mixture: TokenMerge) -> TokenMerge:
 
 
 @given(
-    _mixtures(), st.sampled_from([1, 2, 3, 7, 4096]), st.sampled_from([0, 5, 1 << 22]), st.data()
+    _mixtures(),
+    st.sampled_from([1, 2, 3, 7, 4096]),
+    st.sampled_from([0, 5, 1 << 22]),
+    st.sampled_from([0, 1, 6, 1 << 14]),
+    st.data(),
 )
 def test_positions_are_the_merge_of_the_sources_by_tokens_over_weight(
-    case: tuple[TokenMerge, int], block: int, forward: int, data: Any
+    case: tuple[TokenMerge, int], block: int, forward: int, close: int, data: Any
 ) -> None:
     """Read in order, and anywhere: by merging on from the last run (or the segment's
-    start) up to ``forward`` positions ahead, by bisection over the levels past that."""
+    start) up to ``forward`` positions ahead; past that, by the search of a level at
+    most ``close`` draws before it, merged on from there (0: the level of the position
+    itself, its ties in order)."""
     mixture, positions = case
     expected = _reference(mixture, positions)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(merge, "BLOCK", block)
+        patch.setattr(pass_tokens, "BLOCK", block)
         patch.setattr(merge, "_FORWARD", forward)
+        patch.setattr(merge, "_CLOSE", close)
         source, drawn = mixture.locate(torch.arange(positions))
         assert list(zip(source.tolist(), drawn.tolist(), strict=True)) == expected
         # Anywhere, in any order, from a schedule that computed nothing before.
@@ -161,11 +170,14 @@ def test_each_source_draws_in_its_order_across_segments(case: tuple[TokenMerge, 
         assert drawn[source == d].tolist() == list(range(int((source == d).sum())))
 
 
-@pytest.mark.parametrize("forward", [0, 1 << 22])
+@pytest.mark.parametrize(("forward", "close"), [(0, 0), (0, merge._CLOSE), (1 << 22, 0)])
 def test_a_large_mixture_read_in_windows_is_read_anywhere_alike(
-    monkeypatch: pytest.MonkeyPatch, forward: int
+    monkeypatch: pytest.MonkeyPatch, forward: int, close: int
 ) -> None:
+    """A fresh merge reads a position directly: merged on from the last run, from a
+    level found a little before it, or from the level of the position itself."""
     monkeypatch.setattr(merge, "_FORWARD", forward)
+    monkeypatch.setattr(merge, "_CLOSE", close)
     generator = torch.Generator().manual_seed(0)
     sizes = tuple(torch.randint(1, 3000, (40,), generator=generator).tolist())
     lengths = torch.randint(0, 500, (sum(sizes),), generator=generator)

@@ -24,22 +24,21 @@ the segment's positions hold the draws in (key, pass, source, draw) order, a mer
 the sources' draws by their tokens over their weight. At any position the next draw's
 key is the level: every source has drawn its draws whose middles are below it.
 
-A pass's tokens ``S_d`` are known, so ``T_d(y) = (y // n_d) * S_d + P(y mod n_d)``, with
-``P`` the prefix sums of the lengths of pass ``y // n_d`` in pass order: only the pass
-the position is in is read, a block of :data:`BLOCK` items at a time, its running sums
-kept every block (``n_d / BLOCK`` integers per pass). Consecutive positions (a chunk
+``T_d`` and its inverse are :class:`~samplers.mixture.pass_tokens.PassTokens`'s: only
+the pass a draw is in is read, its running sums kept every
+:data:`~samplers.mixture.pass_tokens.BLOCK` items. Consecutive positions (a chunk
 after the one before) continue from where the last call stopped, a round of tensor
 operations over each source's next draws (O(1) per position), which also hands back
 each draw's item so that the order need not compute it again; a position up to
-:data:`_FORWARD` past the last one is merged on to, and one further away finds its level
-by bisection over the doubles, reading each source's current pass up to its place
-(O(n_d) per source, once). ``OverflowError`` once a source's tokens in a segment pass
-``2**51``.
+:data:`_FORWARD` past the last one is merged on to, and one further away is merged on to
+from a level at most :data:`_CLOSE` draws before it (the draws keyed below a level are a
+prefix of the merge), found by a search over the doubles that reads each source's
+current pass up to its place (O(n_d) per source, once). ``OverflowError`` once a
+source's tokens in a segment pass ``2**51``.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
@@ -52,23 +51,20 @@ from typing import Any
 
 import torch
 
+from samplers.mixture.pass_tokens import BLOCK, PassTokens
 from samplers.mixture.passes import Passes, drawn_items
 from samplers.mixture.schedule import Schedule
 
 __all__ = ["BLOCK", "EXACT", "Mixing", "TokenMerge", "over_passes"]
 
-#: Items of a pass read together (and the spacing of the running sums kept per pass).
-BLOCK = 1 << 12
-#: Passes whose running sums are kept (the most recently read).
-_CACHED_PASSES = 256
-#: Blocks of lengths kept (the most recently read).
-_CACHED_BLOCKS = 512
 #: Where runs ended, kept (the most recent): a read continues from the nearest before it.
 _MARKS = 64
 #: Tokens and parts up to here are exact as doubles, so is each key's quotient's rounding.
 EXACT = 1 << 53
 #: A position at most this far past the last run is reached by merging on to it.
 _FORWARD = 1 << 22
+#: A position further away is merged on to from a level at most this far before it.
+_CLOSE = 1 << 14
 #: Each round fetches this times a source's share of the positions left (and 9 more).
 _SPARE = 1.25
 
@@ -89,14 +85,10 @@ class _Derived:
 
     read: Callable[[torch.Tensor], torch.Tensor]
     sizes: torch.Tensor
-    offsets: list[int]
     offsets_tensor: torch.Tensor
     totals: list[int]
     passes: Passes
-    #: (source, pass) -> the pass's running sums before each block read so far.
-    sums: OrderedDict[tuple[int, int], list[int]] = field(default_factory=OrderedDict)
-    #: (source, pass, block) -> its lengths.
-    blocks: OrderedDict[tuple[int, int, int], torch.Tensor] = field(default_factory=OrderedDict)
+    pass_tokens: PassTokens
     #: segment -> each source's draws and tokens where it begins.
     bases: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     #: (segment, position) -> (counts, tokens) where the last runs ended, the latest last.
@@ -153,9 +145,9 @@ class TokenMerge:
                         f"source {d} has a positive token weight but no tokens (its "
                         f"{self.sizes[d]} lengths sum to 0)"
                     )
-        derived = _Derived(
-            read, sizes, offsets.tolist(), offsets, totals, Passes(self.sizes, self.seed)
-        )
+        passes = Passes(self.sizes, self.seed)
+        each = PassTokens(read, self.sizes, offsets.tolist(), totals, passes, self.shuffle)
+        derived = _Derived(read, sizes, offsets, totals, passes, each)
         object.__setattr__(self, "_derived", derived)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -187,67 +179,13 @@ class TokenMerge:
 
     # Each source's tokens ----------------------------------------------------------------
 
-    def _block(self, d: int, q: int, b: int) -> torch.Tensor:
-        """The lengths of items ``[b * BLOCK, (b + 1) * BLOCK)`` of pass ``q`` of ``d``."""
-        blocks = self._derived.blocks
-        key = (d, q, b)
-        found = blocks.get(key)
-        if found is not None:
-            blocks.move_to_end(key)
-            return found
-        n = self.sizes[d]
-        items = torch.arange(b * BLOCK, min((b + 1) * BLOCK, n), dtype=torch.int64)
-        drawn = items + q * n
-        source = torch.full_like(drawn, d)
-        within = drawn_items(self._derived.passes, self._derived.sizes, self.shuffle, source, drawn)
-        found = self._derived.read(within + self._derived.offsets[d]).to(torch.int64)
-        blocks[key] = found
-        if len(blocks) > _CACHED_BLOCKS:
-            blocks.popitem(last=False)
-        return found
-
-    def _sums(self, d: int, q: int, upto: int) -> list[int]:
-        """The running sums of pass ``q`` of ``d`` before each block, at least through
-        block ``upto`` (all of them: ``upto`` past the last block)."""
-        sums_of = self._derived.sums
-        key = (d, q)
-        sums = sums_of.setdefault(key, [0])
-        sums_of.move_to_end(key)
-        if len(sums_of) > _CACHED_PASSES:
-            sums_of.popitem(last=False)
-        last = -(-self.sizes[d] // BLOCK)
-        while len(sums) <= min(upto, last):
-            b = len(sums) - 1
-            sums.append(sums[-1] + int(self._block(d, q, b).sum()))
-        return sums
-
     def tokens(self, d: int, y: int) -> int:
         """``T_d(y)``: the tokens of source ``d``'s first ``y`` draws."""
-        if y == 0:
-            return 0
-        n = self.sizes[d]
-        q, i = divmod(y, n)
-        b, r = divmod(i, BLOCK)
-        before = self._sums(d, q, b)[b]
-        inside = int(self._block(d, q, b)[:r].sum()) if r else 0
-        return q * self._derived.totals[d] + before + inside
+        return self._derived.pass_tokens.tokens(d, y)
 
     def below(self, d: int, value: int) -> int:
         """How many of ``d``'s draws start before ``value`` tokens (``T_d(y) < value``)."""
-        if value <= 0:
-            return 0
-        n, total = self.sizes[d], self._derived.totals[d]
-        q = (value - 1) // total
-        room = value - q * total  # 1 <= room <= total: the pass ends at or after it
-        last = -(-n // BLOCK)
-        sums = self._sums(d, q, 0)
-        while len(sums) <= last and sums[-1] < room:
-            sums = self._sums(d, q, len(sums))
-        b = min(bisect.bisect_left(sums, room), last) - 1  # the last block starting below
-        lengths = self._block(d, q, b)
-        starts = lengths.cumsum(0) - lengths + sums[b]
-        inside = int(torch.searchsorted(starts, torch.tensor([room]), side="left")[0])
-        return q * n + b * BLOCK + inside
+        return self._derived.pass_tokens.below(d, value)
 
     # The merge ---------------------------------------------------------------------------
 
@@ -317,37 +255,16 @@ class TokenMerge:
         wanted = position - start
         if wanted == 0:
             return list(base)
-        # The level: the largest ``low`` with at most ``wanted`` draws keyed below it.
-        # The count grows about linearly with the level, so each step guesses where it
-        # reaches ``wanted`` between the bounds, and halves them when that gains little.
-        parts = self.segments[i][1]
-        totals = self._derived.totals
-        rates = [a * n / t for a, n, t in zip(parts, self.sizes, totals, strict=True) if a]
-        per_draw = sum(parts) / sum(rates)  # the tokens a position holds, on average
-        low, below_low = 0, 0  # the bits of 0.0
-        guess = 2.0 * wanted * per_draw / sum(parts) + 1.0
-        high = _bits(guess)
-        below_high = sum(self._count_below(i, high))
-        while below_high <= wanted:
-            low, below_low = high, below_high
-            guess *= 2
-            high = _bits(guess)
-            below_high = sum(self._count_below(i, high))
-        halve = False
-        while high - low > 1:
-            if halve:
-                middle = (low + high) // 2
-            else:
-                step = (wanted - below_low) * (high - low) // max(below_high - below_low, 1)
-                middle = min(max(low + step, low + 1), high - 1)
-            found = sum(self._count_below(i, middle))
-            width = high - low
-            if found <= wanted:
-                low, below_low = middle, found
-            else:
-                high, below_high = middle, found
-            halve = not halve and 2 * (high - low) > width
-        below, at_most = self._count_below(i, low), self._count_below(i, low + 1)
+        low, below = self._level(i, wanted)
+        if wanted - sum(below) <= _CLOSE:  # a prefix of the merge near it: merge on
+            at = start + sum(below)
+            counts = [c + k for c, k in zip(base, below, strict=True)]
+            if at < position:
+                self._mark(i, at, counts, [self.tokens(d, c) for d, c in enumerate(counts)])
+                self._run(i, at, position - at)
+                return list(marks[(i, position)][0])
+            return counts
+        at_most = self._count_below(i, low + 1)
         # The draws keyed ``low`` itself, in (pass, source, draw) order, up to ``wanted``.
         tied = sorted(
             (y // self.sizes[d], d, y)
@@ -358,6 +275,56 @@ class TokenMerge:
         for _, d, _ in tied[: wanted - sum(below)]:
             counts[d] += 1
         return counts
+
+    def _level(self, i: int, wanted: int) -> tuple[int, list[int]]:
+        """A level (the bits of a double) with at most ``wanted`` draws of segment ``i``
+        keyed below it, and each source's draws keyed below it: in all within
+        :data:`_CLOSE` of ``wanted``, or the largest such level (the next double has
+        more). The draws keyed below a level are a prefix of the merge. The count grows
+        about linearly with the level: each step aims a little below ``wanted`` by the
+        values of the bounds, and halves their bits when that gained little."""
+        parts = self.segments[i][1]
+        totals = self._derived.totals
+        rates = [a * n / t for a, n, t in zip(parts, self.sizes, totals, strict=True) if a]
+        per_draw = sum(parts) / sum(rates)  # the tokens a position holds, on average
+        low, below_low, each = 0, 0, [0] * len(parts)  # the bits of 0.0
+        guess = 1.01 * wanted * per_draw / sum(parts) + 1.0
+        high = _bits(guess)
+        found = self._count_below(i, high)
+        while sum(found) <= wanted:
+            low, below_low, each = high, sum(found), found
+            if wanted - below_low <= _CLOSE:
+                return low, each
+            guess *= 1.25
+            high = _bits(guess)
+            found = self._count_below(i, high)
+        below_high = sum(found)
+        aim = max(wanted - _CLOSE // 2, 0)
+        halve = False
+        while high - low > 1 and wanted - below_low > _CLOSE:
+            if halve:
+                middle = (low + high) // 2
+            else:
+                low_value, high_value = _double(low), _double(high)
+                share = (aim - below_low) / max(below_high - below_low, 1)
+                middle = _bits(low_value + share * (high_value - low_value))
+                middle = min(max(middle, low + 1), high - 1)
+            found = self._count_below(i, middle)
+            width = high - low
+            if sum(found) <= wanted:
+                low, below_low, each = middle, sum(found), found
+            else:
+                high, below_high = middle, sum(found)
+            halve = not halve and 2 * (high - low) > width
+        return low, each
+
+    def _mark(self, i: int, position: int, counts: list[int], tokens: list[int]) -> None:
+        """Keep the draws and tokens of each source at ``position`` of segment ``i``."""
+        marks = self._derived.marks
+        marks[(i, position)] = (tuple(counts), tuple(tokens))
+        marks.move_to_end((i, position))
+        if len(marks) > _MARKS:
+            marks.popitem(last=False)
 
     def counts(self, position: int) -> list[int]:
         """Every source's draws in the stream's first ``position`` positions."""
@@ -440,11 +407,7 @@ class TokenMerge:
         for k, d in enumerate(active):
             counts_now[d] = int(at[k])
             tokens_now[d] = int(so_far[k]) + base_tokens[d]
-        marks = self._derived.marks
-        marks[(i, start + size)] = (tuple(counts_now), tuple(tokens_now))
-        marks.move_to_end((i, start + size))
-        if len(marks) > _MARKS:
-            marks.popitem(last=False)
+        self._mark(i, start + size, counts_now, tokens_now)
         run = tuple(torch.cat(column) for column in zip(*found, strict=True))
         self._derived.last_run = (i, start, tuple(counts), run[0])
         return run
