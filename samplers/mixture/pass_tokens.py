@@ -12,7 +12,8 @@ pass ``y`` is in is read. Its running sums are kept every :data:`BLOCK` items
 (``n_d / BLOCK`` integers per pass, for the latest :data:`_CACHED_PASSES` passes), and the
 lengths of the latest :data:`_CACHED_BLOCKS` blocks read. Sums still missing are read in
 one call of up to :data:`_BULK` blocks (a call to shuffle a pass's items costs several
-times as much per item for one block as for many), and :meth:`PassTokens.below` reads on
+times as much per item for one block as for many; its last :data:`_KEPT` blocks are kept
+with the others), and :meth:`PassTokens.below` reads on
 from the sums it has to about where the tokens it looks for are, by the pass's mean
 length, then doubling.
 """
@@ -39,6 +40,8 @@ _CACHED_PASSES = 256
 _CACHED_BLOCKS = 512
 #: Blocks whose running sums are read in one call at most.
 _BULK = 64
+#: The last blocks of such a call kept with the blocks read one at a time.
+_KEPT = 3
 
 
 @dataclass
@@ -78,10 +81,14 @@ class PassTokens:
             self.blocks.move_to_end(key)
             return found
         found = self.lengths(d, q, b * BLOCK, min((b + 1) * BLOCK, self.sizes[d]))
-        self.blocks[key] = found
+        self._keep(key, found)
+        return found
+
+    def _keep(self, key: tuple[int, int, int], lengths: torch.Tensor) -> None:
+        self.blocks[key] = lengths
+        self.blocks.move_to_end(key)
         if len(self.blocks) > _CACHED_BLOCKS:
             self.blocks.popitem(last=False)
-        return found
 
     def running_sums(self, d: int, q: int, upto: int) -> list[int]:
         """The running sums of pass ``q`` of ``d`` before each block, at least through
@@ -102,9 +109,13 @@ class PassTokens:
             read = self.lengths(d, q, b * BLOCK, min(stop * BLOCK, n))
             padded = torch.zeros((stop - b) * BLOCK, dtype=torch.int64)
             padded[: read.numel()] = read
-            each = padded.view(-1, BLOCK).sum(1).tolist()
+            rows = padded.view(-1, BLOCK)
+            each = rows.sum(1).tolist()
             sums += itertools.accumulate(each, initial=sums[-1])
             del sums[-len(each) - 1]  # the initial value, already there
+            # The last blocks read, where the place looked for usually is, are kept.
+            for k in range(max(b, stop - _KEPT), stop):
+                self._keep((d, q, k), rows[k - b, : min(BLOCK, n - k * BLOCK)].clone())
         return sums
 
     def tokens(self, d: int, y: int) -> int:
