@@ -40,7 +40,15 @@ from samplers import checks
 from samplers.options import TAILS
 from samplers.plan import Batched, Layout, Strided
 
-__all__ = ["LATER_FIELDS", "STATE_VERSION", "Saved", "ambiguous", "decode", "encode"]
+__all__ = [
+    "LATER_FIELDS",
+    "STATE_VERSION",
+    "Saved",
+    "ambiguous",
+    "decode",
+    "encode",
+    "other_order",
+]
 
 #: The version :func:`encode` writes.
 STATE_VERSION = 2
@@ -132,6 +140,14 @@ def _field(state: Mapping[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+def other_order(name: str, value: Any, expected: Any) -> ValueError:
+    """The error for a state whose order field ``name`` is not this sampler's."""
+    return ValueError(
+        f"state field {name!r} is {value!r}, this sampler's is {expected!r}: the saved "
+        "epoch's order cannot be continued"
+    )
+
+
 def decode(
     state: Any,
     *,
@@ -181,10 +197,7 @@ def decode(
             continue  # written before the field existed: checked without it
         value = _field(state, name, type(expected))
         if value != expected:
-            raise ValueError(
-                f"state field {name!r} is {value!r}, this sampler's is {expected!r}: the saved "
-                "epoch's order cannot be continued"
-            )
+            raise other_order(name, value, expected)
     position = values["position"]
     if not 0 <= position <= dataset_length:
         raise ValueError(

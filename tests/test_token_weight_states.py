@@ -150,6 +150,19 @@ def test_a_schedule_whose_parts_its_weights_would_not_give_is_refused(kind: str)
             sampler.load_state_dict({**state, "schedule": schedule})
 
 
+@pytest.mark.parametrize("weights", list(WEIGHTS))
+def test_a_state_of_the_other_unit_of_weights_is_refused_naming_it(weights: str) -> None:
+    """A packed mixture's state loaded into one whose weights count the other unit:
+    refused naming ``weights_in`` (not the schedule its parts fail, nor the merge's
+    field a state of weights in samples lacks), both ways."""
+    tokens = BUILDS["packed mixture"](WEIGHTS[weights], 1, 0)
+    samples = BUILDS["packed mixture, weights in samples"](WEIGHTS[weights], 1, 0)
+    with pytest.raises(ValueError, match="state field 'weights_in' is 'tokens', this sampler's"):
+        samples.load_state_dict(tokens.state_dict())
+    with pytest.raises(ValueError, match="state field 'weights_in' is 'samples', this sampler's"):
+        tokens.load_state_dict(samples.state_dict())
+
+
 @given(
     st.lists(
         st.one_of(

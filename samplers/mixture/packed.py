@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from samplers import checks, groups
+from samplers import checks, groups, state
 from samplers.mixture.checks import checked_datasets
 from samplers.mixture.merge import Mixing
 from samplers.mixture.sampler import _Mixture
@@ -259,6 +259,9 @@ class DistributedPackedMixtureSampler(_Mixture, DistributedPackedBatchSampler):
         window boundary, or finished); mid-window it is refused, naming the field. With
         weights in tokens, a state of a version before the merge by tokens is refused
         naming its missing field."""
+        saved = state_dict.get("weights_in") if isinstance(state_dict, dict) else None
+        if saved is not None and saved != self.weights_in:  # before the schedule's parts
+            raise state.other_order("weights_in", saved, self.weights_in)
         if self.weights_in == "tokens":
             refuse_rate_state(self, state_dict)
         if isinstance(state_dict, dict) and "passes" not in state_dict:
