@@ -48,8 +48,9 @@ def test_ours_whose_steps_are_their_stream_keep_the_token_level(factory) -> None
     assert (result.holds, result.examples) == (True, 20)
 
 
-def _tokens_after(factory, mixture: Mixture, steps: int) -> list[int]:
-    """Each source's tokens after ``steps`` steps over all ranks (epoch 0 then 1), counted
+def _tokens_after(factory, mixture: Mixture, steps: int, reweighted: bool) -> list[int]:
+    """Each source's tokens over all ranks in ``steps`` steps from the start of epoch 0,
+    or from ``set_weights`` after ``mixture.taken`` steps (on through epoch 1), counted
     here from the ranks' own samplers, not by the kit."""
     ranks = [
         factory(
@@ -62,15 +63,25 @@ def _tokens_after(factory, mixture: Mixture, steps: int) -> list[int]:
         )
         for rank in range(mixture.world_size)
     ]
+    for sampler in ranks:
+        sampler.set_epoch(0)
+    if reweighted:
+        iterators = [iter(sampler) for sampler in ranks]
+        for _ in range(mixture.taken):
+            for iterator in iterators:
+                next(iterator, None)
+        for sampler in ranks:
+            sampler.set_weights(list(mixture.reweighted))
     taken: list[int] = []
     for epoch in (0, 1):
-        for sampler in ranks:
-            sampler.set_epoch(epoch)
+        if epoch:
+            for sampler in ranks:
+                sampler.set_epoch(epoch)
         shares = [list(sampler) for sampler in ranks]
         for step in range(max(len(share) for share in shares)):
             if steps == 0:
                 break
-            taken += [i for share in shares if step < len(share) for i in [share[step]]]
+            taken += [share[step] for share in shares if step < len(share)]
             steps -= 1
     tokens = [0] * len(mixture.sizes)
     for index in taken:
@@ -81,27 +92,37 @@ def _tokens_after(factory, mixture: Mixture, steps: int) -> list[int]:
 def test_a_mixture_of_samples_given_token_weights_breaks_the_level_smallest() -> None:
     """The sample mixture ignores the lengths: a source of longer samples draws as often
     as one of short ones, so its tokens run ahead. The counterexample's tokens are those
-    its sampler gives, and no level is within a sample of both sources."""
+    its sampler gives (from the epoch's start, or from set_weights), and no level is
+    within a sample of both sources."""
     result = check_mixture_guarantee(kit_mixtures.samples_for_tokens, "mixture-token-level")
     assert result.holds is False
     found = result.counterexample
     assert found is not None and found["world_size"] == 1
-    mixture = Mixture(
-        found["sizes"],
-        found["weights"],
-        found["world_size"],
-        found["seed"],
-        lengths=found["lengths"],
+    reweighted = "since set_weights" in found["what"]
+    mixture = _mixture_of(found)
+    first = found["taken"] if reweighted else 0
+    later = _epoch_steps(mixture) if "(epoch 1)" in result.detail else 0
+    tokens = _tokens_after(
+        kit_mixtures.samples_for_tokens, mixture, later + found["step"] + 1 - first, reweighted
     )
-    steps = found["step"] + 1 + (_epoch_steps(mixture) if "(epoch 1)" in result.detail else 0)
-    tokens = _tokens_after(kit_mixtures.samples_for_tokens, mixture, steps)
     assert tuple(tokens) == found["tokens"]
     ahead, behind = found["source"], found["behind"]
-    share = [Fraction(w, sum(mixture.weights)) for w in mixture.weights]
+    weights = mixture.reweighted if reweighted else mixture.weights
+    share = [Fraction(w, sum(weights)) for w in weights]
     assert (tokens[ahead] - mixture.longest(ahead)) / share[ahead] > (
         tokens[behind] + mixture.longest(behind)
     ) / share[behind]
     assert mixture.longest(ahead) != mixture.longest(behind)
+
+
+def _mixture_of(found: dict) -> Mixture:
+    """The mixture of a counterexample (its ``taken``: the steps before set_weights)."""
+    names = ("sizes", "weights", "world_size", "seed", "taken", "other_world_size")
+    return Mixture(
+        *(found[name] for name in names),
+        new_weights=found["new_weights"],
+        lengths=found["lengths"],
+    )
 
 
 def _epoch_steps(mixture: Mixture) -> int:
@@ -118,13 +139,7 @@ def test_default_windows_meet_the_level_at_their_ends_not_at_every_step() -> Non
     result = check_mixture_guarantee(kit_mixtures.ours_tokens_lengths, "mixture-token-level")
     assert result.holds is False and result.counterexample is not None
     found = result.counterexample
-    mixture = Mixture(
-        found["sizes"],
-        found["weights"],
-        found["world_size"],
-        found["seed"],
-        lengths=found["lengths"],
-    )
+    mixture = _mixture_of(found)
     token_level(kit_mixtures.ours_tokens_lengths_window1, mixture)
     with pytest.raises(AssertionError, match="mixture-token-level"):
         token_level(kit_mixtures.ours_tokens_lengths, mixture)

@@ -26,7 +26,9 @@ after ``set_epoch`` (when it has one). The guarantees, checked on every rank of 
   period can round a small one to 0;
 * ``mixture-token-level``, for weights that count tokens (factories taking ``lengths``,
   each sample's length in tokens): after every step of epoch 0 and of epoch 1 after it
-  (one stream), over all ranks, the sources' tokens are within one sample of a common
+  (one stream), and after ``set_weights`` (when the sampler has it) called after
+  ``taken`` steps to the end of the next epoch (the tokens counted from there, under the
+  new weights), over all ranks, the sources' tokens are within one sample of a common
   level: some ``L`` with ``|X_d - L * w_d| <= max_d`` for every source of positive
   weight ``w_d`` (its share of the weights), ``X_d`` its tokens so far and ``max_d`` its
   longest sample; a source of weight 0 draws nothing. So ``|X_d - w_d * X| <= max_d +
@@ -422,14 +424,23 @@ def positive_share(factory: Factory, mixture: Mixture) -> None:
             )
 
 
-def _token_failure(mixture: Mixture, steps: list[list[int]], epoch_steps: int) -> Failure | None:
+def _token_failure(
+    mixture: Mixture,
+    steps: list[list[int]],
+    weights: Sequence[int],
+    first_step: int,
+    epoch_steps: int,
+    since: str = "epoch 0 began",
+) -> Failure | None:
     """The first step after which no level has every source of positive weight within
-    one of its longest samples (epoch 1's steps follow from ``epoch_steps`` on)."""
-    shares = _shares(mixture.weights)
+    one of its longest samples, the tokens counted from the first of ``steps`` (step
+    ``first_step`` of epoch 0, what ``since`` says; epoch 1's steps follow from
+    ``epoch_steps`` on)."""
+    shares = _shares(weights)
     lengths = mixture.sample_lengths
     longest = [mixture.longest(d) for d in range(len(shares))]
     tokens = [0] * len(shares)
-    for number, taken in enumerate(steps):
+    for number, taken in enumerate(steps, start=first_step):
         epoch, step = (1, number - epoch_steps) if number >= epoch_steps else (0, number)
         for index in taken:
             tokens[mixture.source(index)] += lengths[index]
@@ -439,8 +450,8 @@ def _token_failure(mixture: Mixture, steps: list[list[int]], epoch_steps: int) -
                 return Failure(
                     None,
                     epoch,
-                    f"after step {step} source {d} of weight 0 has {tokens[d]} tokens (since epoch "
-                    "0 began, over all ranks)",
+                    f"after step {step} source {d} of weight 0 has {tokens[d]} tokens (since "
+                    f"{since}, over all ranks)",
                     "a dataset weighted 0 is trained on",
                     {**where, "source": d},
                 )
@@ -455,10 +466,9 @@ def _token_failure(mixture: Mixture, steps: list[list[int]], epoch_steps: int) -
             return Failure(
                 None,
                 epoch,
-                f"after step {step} ({sum(tokens)} tokens over all ranks since epoch 0 "
-                f"began) source {ahead} "
-                f"has {tokens[ahead]} tokens and source {behind} {tokens[behind]}, weights "
-                f"{mixture.weights[ahead]}:{mixture.weights[behind]}, longest samples "
+                f"after step {step} ({sum(tokens)} tokens over all ranks since {since}) "
+                f"source {ahead} has {tokens[ahead]} tokens and source {behind} "
+                f"{tokens[behind]}, weights {weights[ahead]}:{weights[behind]}, longest samples "
                 f"{longest[ahead]} and {longest[behind]}: source {ahead} is more than a "
                 f"sample ahead of any level source {behind} is within a sample of",
                 "a training step sees the sources' tokens in other proportions than asked",
@@ -470,16 +480,34 @@ def _token_failure(mixture: Mixture, steps: list[list[int]], epoch_steps: int) -
 @_mixture_guarantee(
     "mixture-token-level",
     "weights counting tokens: after every step each source's tokens are within one of its "
-    "samples of a common level, in the first epoch and the next",
+    "samples of a common level, in the first epoch and the next, and after set_weights",
 )
 def token_level(factory: Factory, mixture: Mixture) -> None:
     """Every step of epoch 0, and of epoch 1 after it (all ranks together), has a level
     ``L`` with each source of positive weight within its longest sample of ``L`` times
-    its weight's share. Only for factories taking ``lengths``."""
+    its weight's share; and, when the sampler has ``set_weights``, so has every step
+    after it is called on every rank after ``taken`` steps, to the end of the next epoch,
+    its tokens counted from there under the new weights. Only for factories taking
+    ``lengths``."""
     if "lengths" not in _accepted(factory):
         raise Unsupported("the factory takes no lengths (weights counting tokens need them)")
     samplers = _ranks(factory, mixture)
     first = _epoch(samplers, 0)
-    failure = _token_failure(mixture, first + _epoch(samplers, 1), len(first))
+    failure = _token_failure(mixture, first + _epoch(samplers, 1), mixture.weights, 0, len(first))
     if failure is not None:
+        raise failure
+    samplers, _, taken = _head(factory, mixture)
+    if not all(callable(getattr(sampler, "set_weights", None)) for sampler in samplers):
+        return
+    for sampler in samplers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler.set_weights(list(mixture.reweighted))
+    rest = _epoch(samplers)
+    steps = taken + len(rest)
+    following = _epoch(samplers, 1)
+    since = f"set_weights after step {taken}"
+    failure = _token_failure(mixture, rest + following, mixture.reweighted, taken, steps, since)
+    if failure is not None:
+        failure.details["taken"] = taken
         raise failure
