@@ -9,9 +9,11 @@ import kit_mixtures
 import pytest
 import torch
 
+from samplers import DistributedMixtureSampler
 from samplers.testing import MIXTURES, Mixture, check_mixture, check_mixture_guarantee
 from samplers.testing.mixture_search import _smaller
-from samplers.testing.mixtures import elastic_resume, prefix_exact, token_level
+from samplers.testing.mixtures import elastic_resume, prefix_exact
+from samplers.testing.token_levels import token_level
 
 
 def outcomes(factory) -> dict[str, bool | None]:
@@ -132,7 +134,7 @@ def _epoch_steps(mixture: Mixture) -> int:
     return len(sampler)
 
 
-def test_default_windows_meet_the_level_at_their_ends_not_at_every_step() -> None:
+def test_default_windows_break_the_level_where_one_draw_at_a_time_keeps_it() -> None:
     """A window of draws sorted by length is handed out shortest first: the token
     mixture's steps are not its stream, and the search finds a step where the level
     breaks; the same mixture one draw at a time keeps it."""
@@ -261,3 +263,18 @@ def test_a_resume_refusing_token_parts_past_the_period_is_caught_at_the_period()
     assert sum(found["weights"]) > 1 << 16
     ours = check_mixture_guarantee(kit_mixtures.ours_tokens, "mixture-elastic-resume")
     assert ours.holds is True
+
+
+def test_a_factory_taking_keywords_is_not_passed_lengths_unless_it_names_them() -> None:
+    """``**kwargs`` passed on to a sampler that takes no lengths keeps working (and the
+    token level is not its guarantee); naming ``lengths`` beside them gets them."""
+
+    def passing_on(**keywords):
+        return DistributedMixtureSampler(**keywords, tail="uneven")
+
+    def naming(lengths, **keywords):
+        return kit_mixtures.ours_tokens_lengths_window1(lengths=lengths, **keywords)
+
+    assert check_mixture_guarantee(passing_on, "mixture-prefix-exact").holds is True
+    assert check_mixture_guarantee(passing_on, "mixture-token-level").holds is None
+    assert check_mixture_guarantee(naming, "mixture-token-level").holds is True

@@ -67,9 +67,9 @@ def test_tokens_and_their_inverse_are_the_draws_sums(
     bulk: int,
     data: Any,
 ) -> None:
-    """``T_d(y)`` for every draw of three passes and ``below`` for every number of tokens
-    up to them, in a random order (so the sums are read on from any point, in one call
-    of many blocks or block by block), and some of them from a fresh reader."""
+    """``T_d(y)`` for every draw of three passes, in a random order (so the sums are read
+    on from any point, in one call of many blocks or block by block), and ``below`` for
+    up to 12 numbers of tokens; some of each also from a fresh reader."""
     sizes, lengths = case
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pass_tokens, "BLOCK", block)

@@ -32,8 +32,10 @@ operations over each source's next draws (O(1) per position), which also hands b
 each draw's item so that the order need not compute it again; a position up to
 :data:`_FORWARD` past the last one is merged on to, and one further away is merged on to
 from a level at most :data:`_CLOSE` draws before it (the draws keyed below a level are a
-prefix of the merge), found by a search over the doubles that reads each source's
-current pass up to its place (O(n_d) per source, once). ``OverflowError`` once a
+prefix of the merge; where more than that tie on one key, from the level of the
+position itself, its ties in (pass, source, draw) order), found by a search over the
+doubles that reads each source's current pass up to its place (O(n_d) per source,
+once). ``OverflowError`` once a
 source's tokens in a segment pass ``2**51``.
 """
 
@@ -181,11 +183,13 @@ class TokenMerge:
 
     def tokens(self, d: int, y: int) -> int:
         """``T_d(y)``: the tokens of source ``d``'s first ``y`` draws."""
-        return self._derived.pass_tokens.tokens(d, y)
+        with self._derived.lock:
+            return self._derived.pass_tokens.tokens(d, y)
 
     def below(self, d: int, value: int) -> int:
         """How many of ``d``'s draws start before ``value`` tokens (``T_d(y) < value``)."""
-        return self._derived.pass_tokens.below(d, value)
+        with self._derived.lock:
+            return self._derived.pass_tokens.below(d, value)
 
     # The merge ---------------------------------------------------------------------------
 

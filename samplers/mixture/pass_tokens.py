@@ -11,11 +11,11 @@ with ``P`` the prefix sums of the lengths of pass ``y // n_d`` in pass order: on
 pass ``y`` is in is read. Its running sums are kept every :data:`BLOCK` items
 (``n_d / BLOCK`` integers per pass, for the latest :data:`_CACHED_PASSES` passes), and the
 lengths of the latest :data:`_CACHED_BLOCKS` blocks read. Sums still missing are read in
-one call of up to :data:`_BULK` blocks (a call to shuffle a pass's items costs several
+calls of up to :data:`_BULK` blocks (a call to shuffle a pass's items costs several
 times as much per item for one block as for many; its last :data:`_KEPT` blocks are kept
 with the others), and :meth:`PassTokens.below` reads on
 from the sums it has to about where the tokens it looks for are, by the pass's mean
-length, then doubling.
+length, then again from what it has read, with a margin that doubles.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ class PassTokens:
             return 0
         q, i = divmod(y, self.sizes[d])
         b, r = divmod(i, BLOCK)
-        before = self.running_sums(d, q, b)[b]
+        # Through block b when it is read inside: a call of many blocks keeps it.
+        before = self.running_sums(d, q, b + 1 if r else b)[b]
         inside = int(self.block(d, q, b)[:r].sum()) if r else 0
         return q * self.totals[d] + before + inside
 
@@ -139,8 +140,12 @@ class PassTokens:
         sums = self.running_sums(d, q, 0)
         if len(sums) <= last and sums[-1] < room:  # read on to about where room is
             sums = self.running_sums(d, q, room * last // total + 2)
-        while len(sums) <= last and sums[-1] < room:
-            sums = self.running_sums(d, q, 2 * len(sums))
+        spare = 1
+        while len(sums) <= last and sums[-1] < room:  # short: estimate again from here
+            read = len(sums) - 1
+            mean = max(sums[-1] // max(read, 1), 1)  # tokens a block, so far
+            sums = self.running_sums(d, q, read + -(-(room - sums[-1]) // mean) + spare)
+            spare *= 2
         b = min(bisect.bisect_left(sums, room), last) - 1  # the last block starting below
         lengths = self.block(d, q, b)
         starts = lengths.cumsum(0) - lengths + sums[b]

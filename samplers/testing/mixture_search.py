@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any, cast
 
+import samplers.testing.token_levels  # noqa: F401  (registers mixture-token-level, last)
 from samplers.testing.mixtures import Mixture, plain_epoch
 from samplers.testing.registry import MIXTURES
 from samplers.testing.running import Factory, Rejected, Unsupported, Violation, raised_in_check

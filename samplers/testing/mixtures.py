@@ -3,7 +3,8 @@
 A *mixing factory* takes the keyword arguments ``datasets`` (a list of ``range(n_d)``
 sources), ``weights`` (one integer per source), ``lengths`` (each sample's length in
 tokens, in ``ConcatDataset`` order), ``num_replicas``, ``rank`` and ``seed`` (it is passed
-those its signature names) and returns a sampler yielding indices into
+those its signature names; with ``**kwargs``, all but ``lengths``, which only a factory
+naming it is passed) and returns a sampler yielding indices into
 ``ConcatDataset(datasets)``, or batches of them. An *epoch* of it is one ``iter()``
 after ``set_epoch`` (when it has one). The guarantees, checked on every rank of a
 :class:`Mixture`, with the ranks taking one item per step together:
@@ -24,17 +25,8 @@ after ``set_epoch`` (when it has one). The guarantees, checked on every rank of 
   its draws once they should hold two). Searched over mixtures whose weights include
   some far larger than the rest, where a sampler that rounds the weights to a bounded
   period can round a small one to 0;
-* ``mixture-token-level``, for weights that count tokens (factories taking ``lengths``,
-  each sample's length in tokens): after every step of epoch 0 and of epoch 1 after it
-  (one stream), and after ``set_weights`` (when the sampler has it) called after
-  ``taken`` steps to the end of the next epoch (the tokens counted from there, under the
-  new weights), over all ranks, the sources' tokens are within one sample of a common
-  level: some ``L`` with ``|X_d - L * w_d| <= max_d`` for every source of positive
-  weight ``w_d`` (its share of the weights), ``X_d`` its tokens so far and ``max_d`` its
-  longest sample; a source of weight 0 draws nothing. So ``|X_d - w_d * X| <= max_d +
-  w_d * (the others' max_e)``, ``X`` all the tokens. It holds per step only where the
-  steps are prefixes of the sampler's stream (a sampler that sorts a window of draws by
-  length meets it at the windows' ends).
+* ``mixture-token-level`` (in :mod:`samplers.testing.token_levels`), for factories
+  taking ``lengths``: the sources' tokens within a sample of a common level.
 
 :func:`samplers.testing.mixture_search.check_mixture` searches mixtures with hypothesis
 for each guarantee and shrinks a violation to the smallest mixture it finds (fewer and
@@ -74,7 +66,7 @@ __all__ = [
     "positive_share",
     "prefix_exact",
     "reweight",
-    "token_level",
+    "reweighted",
 ]
 
 #: The keyword arguments a mixing factory may take.
@@ -147,13 +139,18 @@ class Mixture:
 
 
 def _accepted(factory: Factory) -> tuple[str, ...]:
+    """The arguments a factory is passed: those it names; every one but ``lengths`` to a
+    factory taking ``**kwargs`` (or whose signature cannot be read), ``lengths`` only to
+    one that names it (a factory passing its keywords on to a sampler without lengths
+    keeps working)."""
+    unnamed = tuple(name for name in MIXTURE_ARGUMENTS if name != "lengths")
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
-        return MIXTURE_ARGUMENTS
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return MIXTURE_ARGUMENTS
+        return unnamed
     names = {p.name for p in parameters}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return (*unnamed, "lengths") if "lengths" in names else unnamed
     return tuple(name for name in MIXTURE_ARGUMENTS if name in names)
 
 
@@ -354,6 +351,18 @@ def elastic_resume(factory: Factory, mixture: Mixture) -> None:
         )
 
 
+def reweighted(samplers: Sequence[Any], mixture: Mixture) -> bool:
+    """``set_weights(mixture.reweighted)`` on every rank; False (none called) when a
+    sampler has no ``set_weights``."""
+    if not all(callable(getattr(sampler, "set_weights", None)) for sampler in samplers):
+        return False
+    for sampler in samplers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler.set_weights(list(mixture.reweighted))
+    return True
+
+
 @_mixture_guarantee(
     "mixture-reweight",
     "set_weights repeats nothing within a pass and is within 1 of the new weights after, "
@@ -363,13 +372,8 @@ def reweight(factory: Factory, mixture: Mixture) -> None:
     """``set_weights`` on every rank after ``taken`` steps: the passes continue and the
     steps after it, to the end of the next epoch, are within 1 of the new shares."""
     samplers, head, taken = _head(factory, mixture)
-    for sampler in samplers:
-        method = getattr(sampler, "set_weights", None)
-        if not callable(method):
-            raise Unsupported("the sampler has no set_weights")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            method(list(mixture.reweighted))
+    if not reweighted(samplers, mixture):
+        raise Unsupported("the sampler has no set_weights")
     rest = _epoch(samplers)
     following = _epoch(samplers, 1)
     after = f" (across set_weights after step {taken})"
@@ -422,92 +426,3 @@ def positive_share(factory: Factory, mixture: Mixture) -> None:
                 "a dataset the user weighted is silently left out of training",
                 {"source": d},
             )
-
-
-def _token_failure(
-    mixture: Mixture,
-    steps: list[list[int]],
-    weights: Sequence[int],
-    first_step: int,
-    epoch_steps: int,
-    since: str = "epoch 0 began",
-) -> Failure | None:
-    """The first step after which no level has every source of positive weight within
-    one of its longest samples, the tokens counted from the first of ``steps`` (step
-    ``first_step`` of epoch 0, what ``since`` says; epoch 1's steps follow from
-    ``epoch_steps`` on)."""
-    shares = _shares(weights)
-    lengths = mixture.sample_lengths
-    longest = [mixture.longest(d) for d in range(len(shares))]
-    tokens = [0] * len(shares)
-    for number, taken in enumerate(steps, start=first_step):
-        epoch, step = (1, number - epoch_steps) if number >= epoch_steps else (0, number)
-        for index in taken:
-            tokens[mixture.source(index)] += lengths[index]
-        where = {"step": step, "tokens": tuple(tokens)}
-        for d, share in enumerate(shares):
-            if not share and tokens[d]:
-                return Failure(
-                    None,
-                    epoch,
-                    f"after step {step} source {d} of weight 0 has {tokens[d]} tokens (since "
-                    f"{since}, over all ranks)",
-                    "a dataset weighted 0 is trained on",
-                    {**where, "source": d},
-                )
-        weighted = [d for d, share in enumerate(shares) if share]
-        # The level each source allows at least and at most: some level is within one
-        # sample of every source when the highest floor is at most the lowest ceiling.
-        ahead = max(weighted, key=lambda d: (tokens[d] - longest[d]) / shares[d])
-        behind = min(weighted, key=lambda d: (tokens[d] + longest[d]) / shares[d])
-        floor = (tokens[ahead] - longest[ahead]) / shares[ahead]
-        ceiling = (tokens[behind] + longest[behind]) / shares[behind]
-        if floor > ceiling:
-            return Failure(
-                None,
-                epoch,
-                f"after step {step} ({sum(tokens)} tokens over all ranks since {since}) "
-                f"source {ahead} has {tokens[ahead]} tokens and source {behind} "
-                f"{tokens[behind]}, weights {weights[ahead]}:{weights[behind]}, longest samples "
-                f"{longest[ahead]} and {longest[behind]}: source {ahead} is more than a "
-                f"sample ahead of any level source {behind} is within a sample of",
-                "a training step sees the sources' tokens in other proportions than asked",
-                {**where, "source": ahead, "behind": behind},
-            )
-    return None
-
-
-@_mixture_guarantee(
-    "mixture-token-level",
-    "weights counting tokens: after every step each source's tokens are within one of its "
-    "samples of a common level, in the first epoch and the next, and after set_weights",
-)
-def token_level(factory: Factory, mixture: Mixture) -> None:
-    """Every step of epoch 0, and of epoch 1 after it (all ranks together), has a level
-    ``L`` with each source of positive weight within its longest sample of ``L`` times
-    its weight's share; and, when the sampler has ``set_weights``, so has every step
-    after it is called on every rank after ``taken`` steps, to the end of the next epoch,
-    its tokens counted from there under the new weights. Only for factories taking
-    ``lengths``."""
-    if "lengths" not in _accepted(factory):
-        raise Unsupported("the factory takes no lengths (weights counting tokens need them)")
-    samplers = _ranks(factory, mixture)
-    first = _epoch(samplers, 0)
-    failure = _token_failure(mixture, first + _epoch(samplers, 1), mixture.weights, 0, len(first))
-    if failure is not None:
-        raise failure
-    samplers, _, taken = _head(factory, mixture)
-    if not all(callable(getattr(sampler, "set_weights", None)) for sampler in samplers):
-        return
-    for sampler in samplers:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sampler.set_weights(list(mixture.reweighted))
-    rest = _epoch(samplers)
-    steps = taken + len(rest)
-    following = _epoch(samplers, 1)
-    since = f"set_weights after step {taken}"
-    failure = _token_failure(mixture, rest + following, mixture.reweighted, taken, steps, since)
-    if failure is not None:
-        failure.details["taken"] = taken
-        raise failure
