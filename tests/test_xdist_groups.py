@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 TESTS = Path(__file__).resolve().parent
 #: As the README's test command runs the suite (no cache written into the temporary suite).
@@ -94,3 +95,9 @@ def test_each_group_runs_in_one_worker_and_builds_its_fixture_once(tmp_path: Pat
     assert len(workers["shared"]) == 1, workers
     # The tests of no group were shared out: xdist ran them on both workers.
     assert workers["alone"] == {"gw0", "gw1"}, workers
+
+
+def test_each_test_process_runs_torch_on_the_threads_omp_num_threads_gives() -> None:
+    """tests/conftest.py sets one thread unless OMP_NUM_THREADS is given: two workers on
+    two cores each running a thread per core contend."""
+    assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])

@@ -60,13 +60,14 @@ __all__ = [
     "EPOCHS",
     "MIXTURE_ARGUMENTS",
     "Mixture",
+    "after_reweighting",
     "elastic_resume",
     "once_per_pass",
     "plain_epoch",
     "positive_share",
     "prefix_exact",
     "reweight",
-    "reweighted",
+    "two_epochs",
 ]
 
 #: The keyword arguments a mixing factory may take.
@@ -198,6 +199,14 @@ def _epoch(samplers: Sequence[Any], epoch: int | None = None) -> list[list[int]]
     return _steps(job.taken)
 
 
+def two_epochs(factory: Factory, mixture: Mixture) -> tuple[list[list[int]], int]:
+    """Each step's indices of epochs 0 and 1, every rank built fresh and run in step, and
+    the number of epoch 0's steps (epoch 1's follow them)."""
+    samplers = _ranks(factory, mixture)
+    first = _epoch(samplers, 0)
+    return first + _epoch(samplers, 1), len(first)
+
+
 def plain_epoch(factory: Factory, mixture: Mixture) -> list[list[int]]:
     """Each step's indices of the mixture's first epoch, every rank built fresh and run in
     step: what a sampler that takes the mixture at all does without error."""
@@ -286,9 +295,8 @@ def prefix_exact(factory: Factory, mixture: Mixture) -> None:
     """Every step of epoch 0, and of epoch 1 after it (all ranks together, one stream from
     the start of epoch 0), is within 1 of the weights' shares: a sampler exact in its
     first epoch only drifts after it."""
-    samplers = _ranks(factory, mixture)
-    first = _epoch(samplers, 0)
-    failure = _prefix_failure(mixture, first + _epoch(samplers, 1), mixture.weights, 0, len(first))
+    steps, first = two_epochs(factory, mixture)
+    failure = _prefix_failure(mixture, steps, mixture.weights, 0, first)
     if failure is not None:
         raise failure
 
@@ -351,16 +359,22 @@ def elastic_resume(factory: Factory, mixture: Mixture) -> None:
         )
 
 
-def reweighted(samplers: Sequence[Any], mixture: Mixture) -> bool:
-    """``set_weights(mixture.reweighted)`` on every rank; False (none called) when a
+def after_reweighting(
+    factory: Factory, mixture: Mixture
+) -> tuple[list[list[int]], list[list[int]], int, int] | None:
+    """``set_weights(mixture.reweighted)`` on every rank after ``taken`` steps of epoch 0:
+    the steps before it, the steps after it to the end of epoch 1, ``taken``, and the
+    number of epoch 0's steps (epoch 1's follow them); None (nothing called) when a
     sampler has no ``set_weights``."""
+    samplers, head, taken = _head(factory, mixture)
     if not all(callable(getattr(sampler, "set_weights", None)) for sampler in samplers):
-        return False
+        return None
     for sampler in samplers:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sampler.set_weights(list(mixture.reweighted))
-    return True
+    rest = _epoch(samplers)
+    return head, rest + _epoch(samplers, 1), taken, taken + len(rest)
 
 
 @_mixture_guarantee(
@@ -371,17 +385,14 @@ def reweighted(samplers: Sequence[Any], mixture: Mixture) -> bool:
 def reweight(factory: Factory, mixture: Mixture) -> None:
     """``set_weights`` on every rank after ``taken`` steps: the passes continue and the
     steps after it, to the end of the next epoch, are within 1 of the new shares."""
-    samplers, head, taken = _head(factory, mixture)
-    if not reweighted(samplers, mixture):
+    after = after_reweighting(factory, mixture)
+    if after is None:
         raise Unsupported("the sampler has no set_weights")
-    rest = _epoch(samplers)
-    following = _epoch(samplers, 1)
-    after = f" (across set_weights after step {taken})"
-    draws = [i for step in head + rest + following for i in step]
-    failure = _pass_failure(mixture, draws, after)
+    head, steps, taken, epoch_steps = after
+    draws = [i for step in head + steps for i in step]
+    failure = _pass_failure(mixture, draws, f" (across set_weights after step {taken})")
     if failure is None:
-        steps = taken + len(rest)
-        failure = _prefix_failure(mixture, rest + following, mixture.reweighted, taken, steps)
+        failure = _prefix_failure(mixture, steps, mixture.reweighted, taken, epoch_steps)
     if failure is not None:
         failure.details["taken"] = taken
         raise failure

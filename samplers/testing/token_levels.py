@@ -21,12 +21,10 @@ from collections.abc import Sequence
 from samplers.testing.mixtures import (
     Mixture,
     _accepted,
-    _epoch,
-    _head,
     _mixture_guarantee,
-    _ranks,
     _shares,
-    reweighted,
+    after_reweighting,
+    two_epochs,
 )
 from samplers.testing.running import Factory, Failure, Unsupported
 
@@ -100,19 +98,16 @@ def token_level(factory: Factory, mixture: Mixture) -> None:
     ``lengths``."""
     if "lengths" not in _accepted(factory):
         raise Unsupported("the factory takes no lengths (weights counting tokens need them)")
-    samplers = _ranks(factory, mixture)
-    first = _epoch(samplers, 0)
-    failure = _token_failure(mixture, first + _epoch(samplers, 1), mixture.weights, 0, len(first))
+    steps, first = two_epochs(factory, mixture)
+    failure = _token_failure(mixture, steps, mixture.weights, 0, first)
     if failure is not None:
         raise failure
-    samplers, _, taken = _head(factory, mixture)
-    if not reweighted(samplers, mixture):
+    after = after_reweighting(factory, mixture)
+    if after is None:
         return
-    rest = _epoch(samplers)
-    steps = taken + len(rest)
-    following = _epoch(samplers, 1)
+    _, steps, taken, epoch_steps = after
     since = f"set_weights after step {taken}"
-    failure = _token_failure(mixture, rest + following, mixture.reweighted, taken, steps, since)
+    failure = _token_failure(mixture, steps, mixture.reweighted, taken, epoch_steps, since)
     if failure is not None:
         failure.details["taken"] = taken
         raise failure
